@@ -1,0 +1,69 @@
+#include "dice/actors/local_cluster.hpp"
+
+#include <algorithm>
+#include <map>
+
+#include "dice/errc.hpp"
+#include "dice/log.hpp"
+
+#include "caf/exit_reason.hpp"
+#include "caf/scoped_actor.hpp"
+
+namespace dice {
+
+caf::expected<std::vector<node_report>>
+run_local(caf::actor_system& sys, std::vector<local_node> nodes,
+          local_run_options opts) {
+  caf::scoped_actor self{sys};
+  auto the_bus = sys.spawn(bus, bus_config{});
+  std::vector<role_actor> actors;
+  for (auto& n : nodes) {
+    role_config cfg;
+    cfg.node = n.id;
+    cfg.roles = n.roles;
+    cfg.max_step = opts.max_step;
+    cfg.bus = the_bus;
+    cfg.wait_for_start = true;
+    cfg.print_report = opts.print_reports;
+    cfg.report_to = caf::actor_cast<caf::actor>(self);
+    actors.push_back(sys.spawn(role, std::move(cfg), std::move(n.pipe)));
+  }
+  auto stop_all = [&] {
+    for (auto& a : actors)
+      self->send_exit(a, caf::exit_reason::user_shutdown);
+    self->send_exit(the_bus, caf::exit_reason::user_shutdown);
+  };
+  // Every node joins the bus before any starts, so no early message finds
+  // a topic without its subscribers.
+  caf::error failure;
+  for (auto& a : actors)
+    self->request(a, std::chrono::seconds{30}, ready_atom::value)
+      .receive([](bool) {}, [&](caf::error& err) { failure = err; });
+  if (failure) {
+    stop_all();
+    return failure;
+  }
+  for (auto& a : actors)
+    self->send(a, start_atom::value);
+  std::map<std::uint32_t, node_report> reports;
+  for (auto& a : actors)
+    self->monitor(a);
+  std::size_t downs = 0;
+  bool timed_out = false;
+  self->receive_while([&] { return downs < actors.size() && !timed_out; })(
+    [&](const node_report& rep) { reports[rep.node] = rep; },
+    [&](const caf::down_msg&) { ++downs; },
+    caf::after(opts.deadline) >> [&] { timed_out = true; });
+  self->send_exit(the_bus, caf::exit_reason::user_shutdown);
+  if (timed_out) {
+    stop_all();
+    return make_error(errc::timeout, "no node of the in-process run reported for "
+                          + std::to_string(std::chrono::duration_cast<std::chrono::seconds>(opts.deadline).count()) + " s");
+  }
+  std::vector<node_report> result;
+  for (auto& [id, rep] : reports)
+    result.push_back(rep);
+  return result;
+}
+
+} // namespace dice

@@ -1,0 +1,101 @@
+#include "dice/actors/model_exchanger.hpp"
+
+#include <memory>
+
+#include "dice/log.hpp"
+
+#include "model_cache.hpp"
+
+#include "caf/make_message.hpp"
+
+namespace dice {
+
+namespace {
+
+struct exchanger_state {
+  model_port_ptr model;
+  model_exchanger_options opts;
+  node_services* svc = nullptr;
+  bool active = false;
+  bool is_learner = false;
+  detail::model_cache cache;
+  std::int64_t sent = 0;
+
+  // DI-engine's `_update_model`, as a wait instead of a polling loop.
+  step update(context& ctx, caf::actor_clock::time_point start) {
+    while (cache.slot) {
+      if (cache.load(*svc, *model, ctx))
+        return proceed;
+      // A snapshot that does not fit is dropped; keep waiting for the next
+      // one within the same budget (DI-engine's FileNotFoundError path).
+    }
+    auto left = detail::remaining(*svc, start, opts.timeout);
+    auto resume = [this, start](context& ctx, wait_outcome outcome) -> step {
+      if (outcome == wait_outcome::finished)
+        return proceed;
+      if (outcome == wait_outcome::timed_out) {
+        log::warning(svc->node_id(),
+                     "Timeout when waiting for new model! Node id: "
+                       + std::to_string(svc->node_id()));
+        return proceed;
+      }
+      return update(ctx, start);
+    };
+    return wait{[this] { return cache.slot.has_value(); }, left, resume};
+  }
+};
+
+} // namespace
+
+middleware model_exchanger(model_port_ptr model, model_exchanger_options opts) {
+  auto st = std::make_shared<exchanger_state>();
+  st->model = std::move(model);
+  st->opts = opts;
+  middleware result;
+  result.name = "model_exchanger";
+  result.attach = [st](node_services& svc) {
+    st->svc = &svc;
+    auto roles = svc.roles();
+    if (roles.empty()) {
+      log::warning(svc.node_id(), "The task does not have any roles defined, "
+                                  "the ModelExchanger will not work.");
+      return;
+    }
+    if (roles.size() > 1)
+      log::warning(svc.node_id(),
+                   "Use multiple roles in one exchanger may lead to "
+                   "unexpected result, please check your code.");
+    st->active = true;
+    st->is_learner = roles.has(role::learner);
+    if (!st->is_learner)
+      svc.subscribe(model_topic, [st](const caf::type_erased_tuple& msg) {
+        if (auto x = detail::model_cache::unwrap(msg))
+          st->cache.offer(*st->svc, *x);
+      });
+  };
+  result.before = [st](context& ctx) -> step {
+    if (!st->active || st->is_learner || ctx.total_step == 0
+        || st->svc->finished())
+      return proceed;
+    return st->update(ctx, st->svc->now());
+  };
+  result.after = [st](context& ctx) {
+    if (!st->active || !st->is_learner)
+      return;
+    auto snap = detail::stamped_snapshot(*st->svc, *st->model, st->sent + 1);
+    if (!snap) {
+      log::error(st->svc->node_id(),
+                 "cannot snapshot the model: " + render(snap.error()));
+      return;
+    }
+    ++st->sent;
+    ++st->svc->report().models_sent;
+    ctx.model_version = snap->version;
+    st->svc->publish(model_topic,
+                     caf::make_message(std::string{model_topic},
+                                       std::move(*snap)));
+  };
+  return result;
+}
+
+} // namespace dice

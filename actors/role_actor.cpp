@@ -1,0 +1,341 @@
+#include "dice/actors/role_actor.hpp"
+
+#include <chrono>
+#include <exception>
+#include <iostream>
+#include <mutex>
+#include <random>
+
+#include "dice/log.hpp"
+
+#include "caf/actor_system.hpp"
+#include "caf/scheduled_actor.hpp"
+#include "caf/send.hpp"
+
+namespace dice {
+
+namespace {
+
+// Deadlines beyond this are treated as "no deadline": no timer is armed.
+constexpr auto no_deadline = std::chrono::hours{24 * 365};
+
+std::uint64_t random_epoch() {
+  std::random_device rd;
+  std::uint64_t x = (std::uint64_t{rd()} << 32) ^ rd();
+  return x == 0 ? 1 : x;
+}
+
+std::mutex stdout_mtx;
+
+} // namespace
+
+role_state::role_state(role_actor::stateful_pointer<role_state> ptr)
+  : self(ptr) {
+  // nop
+}
+
+// -- node_services ------------------------------------------------------------
+
+std::uint32_t role_state::node_id() const {
+  return cfg.node;
+}
+
+role_set role_state::roles() const {
+  return cfg.roles;
+}
+
+std::uint64_t role_state::epoch() const {
+  return cfg.epoch;
+}
+
+void role_state::subscribe(const std::string& topic, handler fn) {
+  auto& hs = handlers[topic];
+  hs.push_back(std::move(fn));
+  // Before joining, subscriptions travel with the join request.
+  if (joined && hs.size() == 1)
+    self->send(cfg.bus, subscribe_atom::value, topic, cfg.node,
+               caf::actor_cast<caf::actor>(self));
+}
+
+void role_state::publish(const std::string& topic, caf::message msg) {
+  self->send(cfg.bus, publish_atom::value, topic, cfg.node, std::move(msg));
+}
+
+caf::actor_clock::time_point role_state::now() const {
+  return self->clock().now();
+}
+
+bool role_state::finished() const {
+  return finishing;
+}
+
+void role_state::request_finish(std::string reason) {
+  on_finish(finish{cfg.node, std::move(reason), false}, true);
+}
+
+node_report& role_state::report() {
+  return rep;
+}
+
+caf::actor_system& role_state::system() {
+  return self->system();
+}
+
+// -- iteration engine ---------------------------------------------------------
+
+void role_state::init(role_config config, pipeline p) {
+  cfg = std::move(config);
+  pipe = std::move(p);
+  if (cfg.epoch == 0)
+    cfg.epoch = random_epoch();
+  rep.node = cfg.node;
+  rep.roles = cfg.roles;
+  started = !cfg.wait_for_start;
+  for (auto& stage : pipe.stages())
+    if (stage.attach)
+      stage.attach(*this);
+  std::vector<std::string> topics;
+  for (auto& kvp : handlers)
+    topics.push_back(kvp.first);
+  self
+    ->request(cfg.bus, std::chrono::seconds{30}, join_atom::value, cfg.node,
+              cfg.roles, caf::actor_cast<caf::actor>(self), std::move(topics))
+    .then(
+      [this](const std::vector<finish>& done) {
+        joined = true;
+        for (auto& rp : ready_waiters)
+          rp.deliver(true);
+        ready_waiters.clear();
+        if (!done.empty()) {
+          on_finish(done.front());
+          return;
+        }
+        maybe_start();
+      },
+      [this](caf::error& err) {
+        log::error(cfg.node, "cannot join the bus: " + caf::to_string(err));
+        for (auto& rp : ready_waiters)
+          rp.deliver(err);
+        ready_waiters.clear();
+        rep.stop_reason = "error: cannot join the bus";
+        stop(rep.stop_reason);
+      });
+}
+
+void role_state::maybe_start() {
+  if (joined && started && !running && !finishing) {
+    running = true;
+    self->send(self, iterate_atom::value);
+  }
+}
+
+void role_state::iterate() {
+  cursor = 0;
+  advance();
+}
+
+void role_state::advance() {
+  auto& stages = pipe.stages();
+  try {
+    while (cursor < stages.size()) {
+      auto& stage = stages[cursor];
+      if (stage.before) {
+        auto next = stage.before(ctx);
+        if (next && !arm(std::move(*next)))
+          return; // waiting; a message, the deadline or finish resumes us
+      }
+      ++cursor;
+    }
+    for (auto i = stages.size(); i-- > 0;)
+      if (stages[i].after)
+        stages[i].after(ctx);
+  } catch (const std::exception& e) {
+    auto name = cursor < stages.size() ? stages[cursor].name : "pipeline";
+    auto what = "middleware '" + name + "' threw: " + e.what();
+    log::error(cfg.node, what);
+    on_finish(finish{cfg.node, "error: " + what, true}, true);
+  }
+  end_iteration();
+}
+
+bool role_state::arm(wait w) {
+  for (;;) {
+    if (finishing) {
+      // Waits end early on finish (DI-engine's ME/PME; dice's CE too).
+      w.resume(ctx, wait_outcome::finished);
+      return true;
+    }
+    if (!w.ready || w.ready()) {
+      auto next = w.resume(ctx, wait_outcome::ready);
+      if (!next)
+        return true;
+      w = std::move(*next);
+      continue;
+    }
+    auto id = ++wait_id;
+    if (w.timeout < no_deadline)
+      self->delayed_send(self, w.timeout, deadline_atom::value, id);
+    pending = std::move(w);
+    return false;
+  }
+}
+
+void role_state::resume(wait_outcome outcome) {
+  if (!pending)
+    return;
+  auto w = std::move(*pending);
+  pending.reset();
+  ++wait_id; // invalidates the deadline message of the wait that ended
+  if (outcome == wait_outcome::timed_out)
+    ++rep.timeouts;
+  try {
+    auto next = w.resume(ctx, outcome);
+    if (next && !arm(std::move(*next)))
+      return;
+  } catch (const std::exception& e) {
+    auto what = "middleware '" + pipe.stages()[cursor].name
+                + "' threw: " + e.what();
+    log::error(cfg.node, what);
+    on_finish(finish{cfg.node, "error: " + what, true}, true);
+    end_iteration();
+    return;
+  }
+  ++cursor;
+  advance();
+}
+
+void role_state::dispatch(const std::string& topic,
+                          const caf::type_erased_tuple& msg) {
+  auto i = handlers.find(topic);
+  if (i == handlers.end()) {
+    log::debug(cfg.node, "ignored a message on unsubscribed topic " + topic);
+    return;
+  }
+  try {
+    for (auto& fn : i->second)
+      fn(msg);
+  } catch (const std::exception& e) {
+    log::error(cfg.node, "handler for topic " + topic + " threw: " + e.what());
+  }
+  if (pending && pending->ready && pending->ready())
+    resume(wait_outcome::ready);
+}
+
+void role_state::on_finish(const finish& x, bool in_step) {
+  if (finishing)
+    return;
+  finishing = true;
+  if (stop_reason.empty())
+    stop_reason = x.sender == cfg.node
+                    ? x.reason
+                    : "finish from node " + std::to_string(x.sender) + " ("
+                        + x.reason + ")";
+  if (x.sender == cfg.node && !finish_sent) {
+    finish_sent = true;
+    self->send(cfg.bus, x);
+  }
+  if (pending)
+    resume(wait_outcome::finished);
+  else if (!in_step)
+    stop(stop_reason); // between iterations: nothing left to finish
+}
+
+void role_state::end_iteration() {
+  ++rep.iterations;
+  if (!finishing && cfg.max_step > 0 && rep.iterations >= cfg.max_step)
+    on_finish(finish{cfg.node, "max_step", false}, true);
+  if (finishing) {
+    stop(stop_reason);
+    return;
+  }
+  ctx.renew();
+  self->send(self, iterate_atom::value);
+}
+
+void role_state::stop(const std::string& reason) {
+  if (stopped)
+    return;
+  stopped = true;
+  running = false;
+  for (auto& stage : pipe.stages()) {
+    if (!stage.on_stop)
+      continue;
+    try {
+      stage.on_stop(ctx);
+    } catch (const std::exception& e) {
+      log::error(cfg.node, "stop hook of '" + stage.name + "' threw: "
+                             + e.what());
+    }
+  }
+  rep.total_step = ctx.total_step;
+  rep.env_step = ctx.env_step;
+  rep.env_episode = ctx.env_episode;
+  rep.train_iter = ctx.train_iter;
+  rep.model_version = ctx.model_version;
+  rep.stop_reason = reason;
+  if (!finish_sent) {
+    // Tell the bus in any case: a node that stops ends the run.
+    finish_sent = true;
+    self->send(cfg.bus, finish{cfg.node, reason, false});
+  }
+  if (cfg.print_report) {
+    std::lock_guard<std::mutex> guard{stdout_mtx};
+    std::cout << to_json(rep) << std::endl;
+  }
+  if (cfg.report_to)
+    caf::anon_send(cfg.report_to, rep);
+  self->quit();
+}
+
+// -- behaviour ----------------------------------------------------------------
+
+role_actor::behavior_type
+role(role_actor::stateful_pointer<role_state> self, role_config cfg,
+     pipeline pipe) {
+  self->state.init(std::move(cfg), std::move(pipe));
+  return {
+    [=](const std::string& topic, const context_delta&) {
+      self->state.dispatch(topic, self->current_mailbox_element()->content());
+    },
+    [=](const std::string& topic, const model_snapshot&) {
+      self->state.dispatch(topic, self->current_mailbox_element()->content());
+    },
+    [=](const std::string& topic, const storage_ref&) {
+      self->state.dispatch(topic, self->current_mailbox_element()->content());
+    },
+    [=](const finish& x) { self->state.on_finish(x); },
+    [=](start_atom) {
+      self->state.started = true;
+      self->state.maybe_start();
+    },
+    [=](ready_atom) -> caf::result<bool> {
+      if (self->state.joined)
+        return true;
+      auto rp = self->make_response_promise<bool>();
+      self->state.ready_waiters.push_back(rp);
+      return rp;
+    },
+    [=](report_atom) -> node_report {
+      auto rep = self->state.rep;
+      auto& ctx = self->state.ctx;
+      rep.total_step = ctx.total_step;
+      rep.env_step = ctx.env_step;
+      rep.env_episode = ctx.env_episode;
+      rep.train_iter = ctx.train_iter;
+      rep.model_version = ctx.model_version;
+      return rep;
+    },
+    [=](iterate_atom) {
+      if (self->state.finishing)
+        self->state.stop(self->state.stop_reason);
+      else
+        self->state.iterate();
+    },
+    [=](deadline_atom, std::uint64_t id) {
+      if (self->state.pending && id == self->state.wait_id)
+        self->state.resume(wait_outcome::timed_out);
+    },
+  };
+}
+
+} // namespace dice

@@ -1,0 +1,156 @@
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "dice/actors/bus.hpp"
+#include "dice/context.hpp"
+#include "dice/messages/context_delta.hpp"
+#include "dice/messages/finish.hpp"
+#include "dice/messages/model_snapshot.hpp"
+#include "dice/messages/storage_ref.hpp"
+#include "dice/middleware.hpp"
+#include "dice/node_report.hpp"
+#include "dice/type_ids.hpp"
+
+#include "caf/stateful_actor.hpp"
+#include "caf/typed_actor.hpp"
+#include "caf/typed_event_based_actor.hpp"
+
+namespace dice {
+
+/// A learner, collector, evaluator or fetcher: runs a pipeline iteration by
+/// iteration and handles the messages its exchangers subscribed to.
+using role_actor = caf::typed_actor<
+  caf::reacts_to<std::string, context_delta>,
+  caf::reacts_to<std::string, model_snapshot>,
+  caf::reacts_to<std::string, storage_ref>,
+  caf::reacts_to<finish>,
+  caf::reacts_to<start_atom>,
+  caf::replies_to<ready_atom>::with<bool>,
+  caf::replies_to<report_atom>::with<node_report>,
+  caf::reacts_to<iterate_atom>,
+  caf::reacts_to<deadline_atom, std::uint64_t>>;
+
+/// Settings of a role actor.
+struct role_config {
+  /// Node id (unique in the cluster).
+  std::uint32_t node = 0;
+  /// Roles this node holds.
+  role_set roles;
+  /// Iterations to run; 0 runs until the cluster finishes.
+  std::int64_t max_step = 0;
+  /// The node's bus.
+  bus_actor bus;
+  /// Wait for `start_atom` before the first iteration (lets a launcher
+  /// join every actor to the bus first).
+  bool wait_for_start = false;
+  /// Incarnation id; 0 picks a random one.
+  std::uint64_t epoch = 0;
+  /// Print the final report as one JSON line on stdout.
+  bool print_report = false;
+  /// Receives the final report (e.g. a launcher waiting for the run).
+  caf::actor report_to;
+};
+
+/// State of a role actor; implements the services middleware sees.
+struct role_state : node_services {
+  role_state(role_actor::stateful_pointer<role_state> self);
+
+  // -- node_services ----------------------------------------------------------
+
+  std::uint32_t node_id() const override;
+  role_set roles() const override;
+  std::uint64_t epoch() const override;
+  void subscribe(const std::string& topic, handler fn) override;
+  void publish(const std::string& topic, caf::message msg) override;
+  caf::actor_clock::time_point now() const override;
+  bool finished() const override;
+  void request_finish(std::string reason) override;
+  node_report& report() override;
+  caf::actor_system& system() override;
+
+  // -- iteration engine -------------------------------------------------------
+
+  /// Attaches the middleware and joins the bus.
+  void init(role_config cfg, pipeline pipe);
+
+  /// Runs one iteration from its first stage.
+  void iterate();
+
+  /// Runs stages from `cursor` on until one waits or the iteration ends.
+  void advance();
+
+  /// Starts waiting for `w`; false if the wait is pending (actor yields).
+  bool arm(wait w);
+
+  /// Ends the pending wait with `outcome` and goes on.
+  void resume(wait_outcome outcome);
+
+  /// Delivers a message that arrived on a topic.
+  void dispatch(const std::string& topic, const caf::type_erased_tuple& msg);
+
+  /// Called when the cluster finishes (or this node decides to finish);
+  /// `in_step` is true when called from inside an iteration.
+  void on_finish(const finish& x, bool in_step = false);
+
+  /// Finishes the iteration: next one, or stop.
+  void end_iteration();
+
+  /// Runs the stop hooks, reports and quits.
+  void stop(const std::string& reason);
+
+  /// Starts iterating once joined and started.
+  void maybe_start();
+
+  // -- member variables -------------------------------------------------------
+
+  /// The actor this state belongs to.
+  role_actor::stateful_pointer<role_state> self;
+  /// Settings.
+  role_config cfg;
+  /// The middleware.
+  pipeline pipe;
+  /// The context of the current iteration.
+  context ctx;
+  /// Counters for the final report.
+  node_report rep;
+  /// Topic handlers registered by middleware.
+  std::map<std::string, std::vector<handler>> handlers;
+  /// Index of the stage whose before-part runs or waits.
+  std::size_t cursor = 0;
+  /// The wait in progress, if any.
+  std::optional<wait> pending;
+  /// Identifies the pending wait's deadline message.
+  std::uint64_t wait_id = 0;
+  /// Joined the bus (its subscriptions are known).
+  bool joined = false;
+  /// Got `start_atom` (or does not need it).
+  bool started = false;
+  /// An iteration is in progress.
+  bool running = false;
+  /// The cluster is finished; stop after this iteration.
+  bool finishing = false;
+  /// stop() ran.
+  bool stopped = false;
+  /// This node already told the bus that the run is over.
+  bool finish_sent = false;
+  /// Why the node stops.
+  std::string stop_reason;
+  /// Requests for `ready_atom` that arrived before joining.
+  std::vector<caf::typed_response_promise<bool>> ready_waiters;
+  /// Name in CAF's logs.
+  static inline const char* name = "dice.role";
+};
+
+/// Behaviour of a role actor.
+role_actor::behavior_type
+role(role_actor::stateful_pointer<role_state> self, role_config cfg,
+     pipeline pipe);
+
+} // namespace dice

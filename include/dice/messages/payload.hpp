@@ -1,0 +1,111 @@
+#pragma once
+
+#include <cstdint>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "dice/errc.hpp"
+#include "dice/messages/shared_bytes.hpp"
+
+#include "caf/expected.hpp"
+#include "caf/meta/type_name.hpp"
+
+#include <boost/archive/binary_iarchive.hpp>
+#include <boost/archive/binary_oarchive.hpp>
+#include <boost/iostreams/device/array.hpp>
+#include <boost/iostreams/device/back_inserter.hpp>
+#include <boost/iostreams/stream.hpp>
+#include <boost/serialization/vector.hpp>
+
+namespace dice {
+
+/// A list of user items (transitions, episodes, ...) as Boost.Serialization
+/// bytes. dice never interprets the items; only the program that packed them
+/// (and its peers, which share the type) unpacks them.
+struct payload {
+  /// Boost binary archive of a `std::vector<T>`.
+  shared_bytes bytes;
+  /// Number of items in the archive.
+  std::uint64_t count = 0;
+  /// Node that produced the items.
+  std::uint32_t origin = 0;
+  /// Model version that produced the items (-1: unknown).
+  std::int64_t model_version = -1;
+};
+
+/// Equality of all fields (bytes compared by content).
+bool operator==(const payload& x, const payload& y);
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, payload& x) {
+  return f(caf::meta::type_name("dice::payload"), x.bytes, x.count, x.origin,
+           x.model_version);
+}
+
+/// Packs `items` with Boost.Serialization; `T` needs a `serialize()` (free in
+/// `boost::serialization` or a member) like any Boost-serializable type.
+template <class T>
+payload pack(const std::vector<T>& items, std::uint32_t origin = 0,
+             std::int64_t model_version = -1) {
+  std::vector<std::uint8_t> buf;
+  {
+    namespace io = boost::iostreams;
+    io::stream<io::back_insert_device<std::vector<std::uint8_t>>> out{buf};
+    boost::archive::binary_oarchive ar{out};
+    ar << items;
+  }
+  return payload{shared_bytes{std::move(buf)}, items.size(), origin,
+                 model_version};
+}
+
+/// Unpacks one payload, appending its items to `out`. Corrupt or truncated
+/// bytes give `errc::malformed_input`; `out` is left unchanged then.
+template <class T>
+caf::error unpack_into(const payload& x, std::vector<T>& out) {
+  if (x.bytes.empty())
+    return make_error(errc::malformed_input, "empty payload");
+  std::vector<T> items;
+  try {
+    namespace io = boost::iostreams;
+    io::stream<io::array_source> in{
+      reinterpret_cast<const char*>(x.bytes.data()), x.bytes.size()};
+    boost::archive::binary_iarchive ar{in};
+    ar >> items;
+  } catch (const std::exception& e) {
+    return make_error(errc::malformed_input,
+                      std::string{"cannot decode payload: "} + e.what());
+  }
+  if (items.size() != x.count)
+    return make_error(errc::malformed_input,
+                      "payload holds " + std::to_string(items.size())
+                        + " items but claims " + std::to_string(x.count));
+  out.insert(out.end(), std::make_move_iterator(items.begin()),
+             std::make_move_iterator(items.end()));
+  return caf::none;
+}
+
+/// Unpacks and concatenates several payloads (e.g. a learner's merged
+/// `ctx.trajectories`), in order.
+template <class T>
+caf::expected<std::vector<T>> unpack(const std::vector<payload>& xs) {
+  std::vector<T> result;
+  for (auto& x : xs)
+    if (auto err = unpack_into(x, result))
+      return err;
+  return result;
+}
+
+/// Unpacks a single payload.
+template <class T>
+caf::expected<std::vector<T>> unpack(const payload& x) {
+  std::vector<T> result;
+  if (auto err = unpack_into(x, result))
+    return err;
+  return result;
+}
+
+/// Total number of items in a list of payloads.
+std::uint64_t item_count(const std::vector<payload>& xs);
+
+} // namespace dice

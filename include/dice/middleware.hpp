@@ -1,0 +1,135 @@
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "dice/context.hpp"
+#include "dice/messages/finish.hpp"
+#include "dice/node_report.hpp"
+#include "dice/role.hpp"
+
+#include "caf/actor_clock.hpp"
+#include "caf/fwd.hpp"
+#include "caf/message.hpp"
+#include "caf/type_erased_tuple.hpp"
+#include "caf/timespan.hpp"
+
+namespace dice {
+
+/// How a wait ended.
+enum class wait_outcome : std::uint8_t {
+  /// The awaited condition holds.
+  ready,
+  /// The deadline passed first.
+  timed_out,
+  /// The cluster finished first.
+  finished,
+};
+
+struct wait;
+
+/// What a before-part returns: go on (`proceed`) or wait.
+using step = std::optional<wait>;
+
+/// Go on with the next middleware.
+inline constexpr std::nullopt_t proceed = std::nullopt;
+
+/// A before-part that cannot go on yet. The role actor keeps handling
+/// messages; after each one it checks `ready`. The wait ends when `ready`
+/// holds, when `timeout` passes (a delayed message, on CAF's clock, so tests
+/// use a fake one) or when the cluster finishes. Never a sleep loop.
+struct wait {
+  /// True when the awaited condition holds.
+  std::function<bool()> ready;
+  /// How long to wait at most.
+  caf::timespan timeout;
+  /// Runs once the wait ends; may return another wait to keep waiting.
+  std::function<step(context&, wait_outcome)> resume;
+};
+
+/// What a role actor offers to the middleware it runs.
+class node_services {
+public:
+  virtual ~node_services();
+
+  /// This node's id.
+  virtual std::uint32_t node_id() const = 0;
+
+  /// This node's roles.
+  virtual role_set roles() const = 0;
+
+  /// This node's incarnation: differs after a restart.
+  virtual std::uint64_t epoch() const = 0;
+
+  /// Handler for messages arriving on a topic; the content is `(topic, T)`.
+  using handler = std::function<void(const caf::type_erased_tuple&)>;
+
+  /// Subscribes to `topic`; every message on it goes to `fn`, once.
+  virtual void subscribe(const std::string& topic, handler fn) = 0;
+
+  /// Sends `(topic, content...)` to every other node subscribed to `topic`
+  /// (DI-engine's `emit(..., only_remote=True)`).
+  virtual void publish(const std::string& topic, caf::message msg) = 0;
+
+  /// The actor clock's now (a fake clock under test).
+  virtual caf::actor_clock::time_point now() const = 0;
+
+  /// True once the cluster has finished.
+  virtual bool finished() const = 0;
+
+  /// Ends the run after the current iteration (e.g. a stop value reached).
+  virtual void request_finish(std::string reason) = 0;
+
+  /// Counters reported at the end of the run.
+  virtual node_report& report() = 0;
+
+  /// The actor system the node runs in.
+  virtual caf::actor_system& system() = 0;
+};
+
+/// One stage of a pipeline (DI-engine's generator middleware): `before`
+/// runs in registration order, `after` in reverse order once every later
+/// stage has run. All parts are optional.
+struct middleware {
+  /// Name for logs.
+  std::string name;
+  /// Runs once when the role actor starts: subscribe to topics here.
+  std::function<void(node_services&)> attach;
+  /// The part before DI-engine's `yield`; may return a wait.
+  std::function<step(context&)> before;
+  /// The part after DI-engine's `yield`.
+  std::function<void(context&)> after;
+  /// Runs when the node stops, e.g. to merge what arrived meanwhile.
+  std::function<void(context&)> on_stop;
+};
+
+/// Middleware that does nothing (DI-engine's `task.void()`).
+middleware void_middleware(std::string name = "void");
+
+/// An ordered list of middleware a role actor runs every iteration.
+class pipeline {
+public:
+  /// Appends a stage; returns *this for chaining.
+  pipeline& use(middleware x) {
+    stages_.push_back(std::move(x));
+    return *this;
+  }
+
+  /// The stages in order.
+  const std::vector<middleware>& stages() const noexcept {
+    return stages_;
+  }
+
+  /// The stages in order (mutable).
+  std::vector<middleware>& stages() noexcept {
+    return stages_;
+  }
+
+private:
+  std::vector<middleware> stages_;
+};
+
+} // namespace dice

@@ -1,0 +1,57 @@
+#pragma once
+
+// The one type-ID block of dice. Every program and every test fixture calls
+// `dice::add_message_types(cfg)` (or `cfg.add_message_types<caf::id_block::dice>()`)
+// so that both ends of a connection know the same names; an unregistered type
+// arrives as an empty message `()` in CAF 0.17.
+
+#include "dice/messages/context_delta.hpp"
+#include "dice/messages/finish.hpp"
+#include "dice/messages/model_snapshot.hpp"
+#include "dice/messages/payload.hpp"
+#include "dice/messages/storage_ref.hpp"
+#include "dice/node_report.hpp"
+#include "dice/role.hpp"
+
+#include "caf/actor_system_config.hpp"
+#include "caf/type_id.hpp"
+
+CAF_BEGIN_TYPE_ID_BLOCK(dice, caf::first_custom_type_id)
+
+  CAF_ADD_TYPE_ID(dice, (dice::role_set))
+  CAF_ADD_TYPE_ID(dice, (dice::payload))
+  CAF_ADD_TYPE_ID(dice, (dice::context_delta))
+  CAF_ADD_TYPE_ID(dice, (dice::tensor_entry))
+  CAF_ADD_TYPE_ID(dice, (dice::model_snapshot))
+  CAF_ADD_TYPE_ID(dice, (dice::storage_ref))
+  CAF_ADD_TYPE_ID(dice, (dice::finish))
+  CAF_ADD_TYPE_ID(dice, (dice::node_report))
+
+  /// Subscribes an actor to a topic on a bus.
+  CAF_ADD_ATOM(dice, dice, subscribe_atom, "subscribe")
+  /// Publishes a message on a topic through a bus.
+  CAF_ADD_ATOM(dice, dice, publish_atom, "publish")
+  /// Registers a role actor with its node's bus.
+  CAF_ADD_ATOM(dice, dice, join_atom, "join")
+  /// Lets a role actor begin its first iteration.
+  CAF_ADD_ATOM(dice, dice, start_atom, "start")
+  /// Asks a role actor whether it has joined its bus.
+  CAF_ADD_ATOM(dice, dice, ready_atom, "ready")
+  /// Internal: run the next pipeline iteration.
+  CAF_ADD_ATOM(dice, dice, iterate_atom, "iterate")
+  /// Internal: a wait's deadline has passed.
+  CAF_ADD_ATOM(dice, dice, deadline_atom, "deadline")
+  /// Asks for a node's report.
+  CAF_ADD_ATOM(dice, dice, report_atom, "report")
+
+CAF_END_TYPE_ID_BLOCK(dice)
+
+namespace dice {
+
+/// Registers every dice message type with `cfg` (call before creating the
+/// actor system).
+inline caf::actor_system_config& add_message_types(caf::actor_system_config& cfg) {
+  return cfg.add_message_types<caf::id_block::dice>();
+}
+
+} // namespace dice

@@ -1,0 +1,83 @@
+#include "support/deterministic.hpp"
+
+#include "caf/exit_reason.hpp"
+#include "caf/send.hpp"
+
+namespace dice::test {
+
+test_config::test_config() {
+  set("scheduler.policy", caf::atom("testing"));
+  set("logger.verbosity", caf::atom("quiet"));
+  add_message_types(*this);
+}
+
+log_capture::log_capture() {
+  prev_ = log::set_sink([this](log::level lvl, std::uint32_t,
+                               const std::string& msg) {
+    if (lvl >= log::level::warning)
+      lines.push_back(std::string{log::to_string(lvl)} + ": " + msg);
+  });
+}
+
+log_capture::~log_capture() {
+  log::set_sink(std::move(prev_));
+}
+
+std::size_t log_capture::count(const std::string& needle) const {
+  std::size_t n = 0;
+  for (auto& line : lines)
+    if (line.find(needle) != std::string::npos)
+      ++n;
+  return n;
+}
+
+deterministic::deterministic()
+  : sys(cfg),
+    sched(dynamic_cast<caf::scheduler::test_coordinator&>(sys.scheduler())) {
+  // nop
+}
+
+deterministic::~deterministic() {
+  for (auto& x : spawned)
+    caf::anon_send_exit(x, caf::exit_reason::user_shutdown);
+  sched.run();
+}
+
+std::size_t deterministic::run() {
+  return sched.run();
+}
+
+void deterministic::advance(caf::timespan d) {
+  sched.advance_time(d);
+  sched.run();
+}
+
+bus_actor deterministic::spawn_bus() {
+  auto result = sys.spawn(bus, bus_config{});
+  spawned.push_back(caf::actor_cast<caf::actor>(result));
+  sched.run();
+  return result;
+}
+
+role_actor deterministic::spawn_role(const bus_actor& b, std::uint32_t node,
+                                     role_set roles, pipeline pipe,
+                                     std::int64_t max_step) {
+  role_config rc;
+  rc.node = node;
+  rc.roles = roles;
+  rc.bus = b;
+  rc.max_step = max_step;
+  rc.wait_for_start = true;
+  rc.epoch = 1000 + node;
+  auto result = sys.spawn(role, std::move(rc), std::move(pipe));
+  spawned.push_back(caf::actor_cast<caf::actor>(result));
+  return result;
+}
+
+role_state& deterministic::state_of(const role_actor& x) {
+  auto ptr = caf::actor_cast<caf::abstract_actor*>(x);
+  return dynamic_cast<caf::stateful_actor<role_state, role_actor::base>&>(*ptr)
+    .state;
+}
+
+} // namespace dice::test
