@@ -30,6 +30,21 @@ void add_subscriber(bus_actor::stateful_pointer<bus_state> self,
   st.held.erase(i);
 }
 
+// Once every member is done, all messages they published have been
+// forwarded (each member's publishes precede its done), so each member may
+// stop with nothing in flight.
+void check_all_done(bus_actor::stateful_pointer<bus_state> self) {
+  auto& st = self->state;
+  if (!st.finished || st.done.empty())
+    return;
+  for (auto& m : st.members)
+    if (std::find(st.done.begin(), st.done.end(), m.member) == st.done.end())
+      return;
+  for (auto& m : st.done)
+    caf::anon_send(m, done_atom::value);
+  st.done.clear();
+}
+
 } // namespace
 
 bus_actor::behavior_type bus(bus_actor::stateful_pointer<bus_state> self,
@@ -43,12 +58,18 @@ bus_actor::behavior_type bus(bus_actor::stateful_pointer<bus_state> self,
     st.members.erase(
       std::remove_if(st.members.begin(), st.members.end(), gone),
       st.members.end());
+    st.done.erase(std::remove_if(st.done.begin(), st.done.end(),
+                                 [&](const caf::actor& x) {
+                                   return x.address() == dm.source;
+                                 }),
+                  st.done.end());
     for (auto& [topic, subs] : st.topics)
       subs.erase(std::remove_if(subs.begin(), subs.end(),
                                 [&](const bus_subscriber& x) {
                                   return x.member.address() == dm.source;
                                 }),
                  subs.end());
+    check_all_done(self);
   });
   return {
     [=](join_atom, std::uint32_t node, role_set,
@@ -87,6 +108,12 @@ bus_actor::behavior_type bus(bus_actor::stateful_pointer<bus_state> self,
       for (auto& sub : i->second)
         if (sub.node != sender)
           caf::anon_send(sub.member, msg);
+    },
+    [=](done_atom, std::uint32_t, const caf::actor& member) {
+      auto& st = self->state;
+      if (std::find(st.done.begin(), st.done.end(), member) == st.done.end())
+        st.done.push_back(member);
+      check_all_done(self);
     },
     [=](const finish& x) {
       auto& st = self->state;

@@ -21,12 +21,12 @@ run_local(caf::actor_system& sys, std::vector<local_node> nodes,
     role_config cfg;
     cfg.node = n.id;
     cfg.roles = n.roles;
-    cfg.max_step = opts.max_step;
+    cfg.max_step = n.max_step >= 0 ? n.max_step : opts.max_step;
     cfg.bus = the_bus;
     cfg.wait_for_start = true;
     cfg.print_report = opts.print_reports;
     cfg.report_to = caf::actor_cast<caf::actor>(self);
-    actors.push_back(sys.spawn(role, std::move(cfg), std::move(n.pipe)));
+    actors.push_back(sys.spawn(role_runner, std::move(cfg), std::move(n.pipe)));
   }
   auto stop_all = [&] {
     for (auto& a : actors)

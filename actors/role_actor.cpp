@@ -242,6 +242,9 @@ void role_state::on_finish(const finish& x, bool in_step) {
 
 void role_state::end_iteration() {
   ++rep.iterations;
+  // DI-engine breaks before renew(): report the index of the last iteration
+  // that ran, not of one that was renewed but never ran.
+  rep.total_step = ctx.total_step;
   if (!finishing && cfg.max_step > 0 && rep.iterations >= cfg.max_step)
     on_finish(finish{cfg.node, "max_step", false}, true);
   if (finishing) {
@@ -257,6 +260,22 @@ void role_state::stop(const std::string& reason) {
     return;
   stopped = true;
   running = false;
+  stop_reason = reason;
+  if (!finish_sent) {
+    // Tell the bus in any case: a node that stops ends the run.
+    finish_sent = true;
+    self->send(cfg.bus, finish{cfg.node, reason, false});
+  }
+  self->send(cfg.bus, done_atom::value, cfg.node,
+             caf::actor_cast<caf::actor>(self));
+  drain_id = ++wait_id;
+  self->delayed_send(self, cfg.drain_timeout, deadline_atom::value, drain_id);
+}
+
+void role_state::quit_now() {
+  if (quitted)
+    return;
+  quitted = true;
   for (auto& stage : pipe.stages()) {
     if (!stage.on_stop)
       continue;
@@ -267,17 +286,11 @@ void role_state::stop(const std::string& reason) {
                              + e.what());
     }
   }
-  rep.total_step = ctx.total_step;
   rep.env_step = ctx.env_step;
   rep.env_episode = ctx.env_episode;
   rep.train_iter = ctx.train_iter;
   rep.model_version = ctx.model_version;
-  rep.stop_reason = reason;
-  if (!finish_sent) {
-    // Tell the bus in any case: a node that stops ends the run.
-    finish_sent = true;
-    self->send(cfg.bus, finish{cfg.node, reason, false});
-  }
+  rep.stop_reason = stop_reason;
   if (cfg.print_report) {
     std::lock_guard<std::mutex> guard{stdout_mtx};
     std::cout << to_json(rep) << std::endl;
@@ -290,7 +303,7 @@ void role_state::stop(const std::string& reason) {
 // -- behaviour ----------------------------------------------------------------
 
 role_actor::behavior_type
-role(role_actor::stateful_pointer<role_state> self, role_config cfg,
+role_runner(role_actor::stateful_pointer<role_state> self, role_config cfg,
      pipeline pipe) {
   self->state.init(std::move(cfg), std::move(pipe));
   return {
@@ -318,7 +331,6 @@ role(role_actor::stateful_pointer<role_state> self, role_config cfg,
     [=](report_atom) -> node_report {
       auto rep = self->state.rep;
       auto& ctx = self->state.ctx;
-      rep.total_step = ctx.total_step;
       rep.env_step = ctx.env_step;
       rep.env_episode = ctx.env_episode;
       rep.train_iter = ctx.train_iter;
@@ -326,15 +338,27 @@ role(role_actor::stateful_pointer<role_state> self, role_config cfg,
       return rep;
     },
     [=](iterate_atom) {
+      if (self->state.stopped)
+        return;
       if (self->state.finishing)
         self->state.stop(self->state.stop_reason);
       else
         self->state.iterate();
     },
     [=](deadline_atom, std::uint64_t id) {
-      if (self->state.pending && id == self->state.wait_id)
-        self->state.resume(wait_outcome::timed_out);
+      auto& st = self->state;
+      if (st.stopped) {
+        if (id == st.drain_id) {
+          log::warning(st.cfg.node, "not every peer finished within the "
+                                    "drain timeout; stopping anyway");
+          st.quit_now();
+        }
+        return;
+      }
+      if (st.pending && id == st.wait_id)
+        st.resume(wait_outcome::timed_out);
     },
+    [=](done_atom) { self->state.quit_now(); },
   };
 }
 

@@ -41,6 +41,8 @@ CAF_BEGIN_TYPE_ID_BLOCK(dice, caf::first_custom_type_id)
   CAF_ADD_ATOM(dice, dice, iterate_atom, "iterate")
   /// Internal: a wait's deadline has passed.
   CAF_ADD_ATOM(dice, dice, deadline_atom, "deadline")
+  /// A member will publish nothing more; from the bus: every member is done.
+  CAF_ADD_ATOM(dice, dice, done_atom, "done")
   /// Asks for a node's report.
   CAF_ADD_ATOM(dice, dice, report_atom, "report")
 

@@ -69,7 +69,7 @@ role_actor deterministic::spawn_role(const bus_actor& b, std::uint32_t node,
   rc.max_step = max_step;
   rc.wait_for_start = true;
   rc.epoch = 1000 + node;
-  auto result = sys.spawn(role, std::move(rc), std::move(pipe));
+  auto result = sys.spawn(role_runner, std::move(rc), std::move(pipe));
   spawned.push_back(caf::actor_cast<caf::actor>(result));
   return result;
 }

@@ -33,7 +33,10 @@ using bus_actor = caf::typed_actor<
   // publish(topic, sender node, message)
   caf::reacts_to<publish_atom, std::string, std::uint32_t, caf::message>,
   // the run is over
-  caf::reacts_to<finish>>;
+  caf::reacts_to<finish>,
+  // done(node, member): the member has finished its last iteration and will
+  // publish nothing more; once every member is done, each gets (done).
+  caf::reacts_to<done_atom, std::uint32_t, caf::actor>>;
 
 /// Settings of a bus.
 struct bus_config {
@@ -60,6 +63,8 @@ struct bus_state {
   /// Messages published while a topic had no subscriber.
   std::map<std::string, std::deque<std::pair<std::uint32_t, caf::message>>>
     held;
+  /// Members that finished their last iteration.
+  std::vector<caf::actor> done;
   /// Set once the run is over.
   std::optional<finish> finished;
   /// Messages dropped from the hold because it was full.

@@ -23,6 +23,9 @@ struct local_node {
   role_set roles;
   /// What the node runs each iteration.
   pipeline pipe;
+  /// Iterations of this node; -1 takes `local_run_options::max_step`, 0 runs
+  /// until another node finishes the run.
+  std::int64_t max_step = -1;
 };
 
 /// Options of an in-process run.

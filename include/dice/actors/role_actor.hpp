@@ -1,5 +1,6 @@
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -35,7 +36,8 @@ using role_actor = caf::typed_actor<
   caf::replies_to<ready_atom>::with<bool>,
   caf::replies_to<report_atom>::with<node_report>,
   caf::reacts_to<iterate_atom>,
-  caf::reacts_to<deadline_atom, std::uint64_t>>;
+  caf::reacts_to<deadline_atom, std::uint64_t>,
+  caf::reacts_to<done_atom>>;
 
 /// Settings of a role actor.
 struct role_config {
@@ -56,6 +58,9 @@ struct role_config {
   bool print_report = false;
   /// Receives the final report (e.g. a launcher waiting for the run).
   caf::actor report_to;
+  /// After its last iteration a node keeps receiving until every member of
+  /// the bus is done (so nothing in flight is lost), at most this long.
+  caf::timespan drain_timeout = std::chrono::seconds{10};
 };
 
 /// State of a role actor; implements the services middleware sees.
@@ -102,8 +107,12 @@ struct role_state : node_services {
   /// Finishes the iteration: next one, or stop.
   void end_iteration();
 
-  /// Runs the stop hooks, reports and quits.
+  /// Ends iterating: tells the bus this node is done and waits (bounded)
+  /// until every member is, still receiving messages.
   void stop(const std::string& reason);
+
+  /// Runs the stop hooks, reports and quits.
+  void quit_now();
 
   /// Starts iterating once joined and started.
   void maybe_start();
@@ -136,8 +145,12 @@ struct role_state : node_services {
   bool running = false;
   /// The cluster is finished; stop after this iteration.
   bool finishing = false;
-  /// stop() ran.
+  /// stop() ran: draining, no more iterations.
   bool stopped = false;
+  /// quit_now() ran.
+  bool quitted = false;
+  /// Identifies the drain deadline message.
+  std::uint64_t drain_id = 0;
   /// This node already told the bus that the run is over.
   bool finish_sent = false;
   /// Why the node stops.
@@ -150,7 +163,7 @@ struct role_state : node_services {
 
 /// Behaviour of a role actor.
 role_actor::behavior_type
-role(role_actor::stateful_pointer<role_state> self, role_config cfg,
+role_runner(role_actor::stateful_pointer<role_state> self, role_config cfg,
      pipeline pipe);
 
 } // namespace dice

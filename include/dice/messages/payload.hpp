@@ -14,7 +14,6 @@
 #include <boost/archive/binary_iarchive.hpp>
 #include <boost/archive/binary_oarchive.hpp>
 #include <boost/iostreams/device/array.hpp>
-#include <boost/iostreams/device/back_inserter.hpp>
 #include <boost/iostreams/stream.hpp>
 #include <boost/serialization/vector.hpp>
 
@@ -43,6 +42,23 @@ typename Inspector::result_type inspect(Inspector& f, payload& x) {
            x.model_version);
 }
 
+namespace detail {
+
+/// A Boost.Iostreams sink appending to a byte vector (Boost archives need a
+/// `char` stream; our buffers hold `uint8_t`).
+struct byte_sink {
+  using char_type = char;
+  using category = boost::iostreams::sink_tag;
+  std::vector<std::uint8_t>* out;
+  std::streamsize write(const char* s, std::streamsize n) {
+    auto p = reinterpret_cast<const std::uint8_t*>(s);
+    out->insert(out->end(), p, p + n);
+    return n;
+  }
+};
+
+} // namespace detail
+
 /// Packs `items` with Boost.Serialization; `T` needs a `serialize()` (free in
 /// `boost::serialization` or a member) like any Boost-serializable type.
 template <class T>
@@ -51,8 +67,8 @@ payload pack(const std::vector<T>& items, std::uint32_t origin = 0,
   std::vector<std::uint8_t> buf;
   {
     namespace io = boost::iostreams;
-    io::stream<io::back_insert_device<std::vector<std::uint8_t>>> out{buf};
-    boost::archive::binary_oarchive ar{out};
+    io::stream<detail::byte_sink> out{detail::byte_sink{&buf}};
+    boost::archive::binary_oarchive ar(out);
     ar << items;
   }
   return payload{shared_bytes{std::move(buf)}, items.size(), origin,
@@ -70,7 +86,7 @@ caf::error unpack_into(const payload& x, std::vector<T>& out) {
     namespace io = boost::iostreams;
     io::stream<io::array_source> in{
       reinterpret_cast<const char*>(x.bytes.data()), x.bytes.size()};
-    boost::archive::binary_iarchive ar{in};
+    boost::archive::binary_iarchive ar(in);
     ar >> items;
   } catch (const std::exception& e) {
     return make_error(errc::malformed_input,

@@ -1,0 +1,171 @@
+// hello_exchange: a learner, an evaluator and N collectors exchange context
+// and models. Collectors act with the learner's latest MLP on random
+// observations; the learner trains the MLP on what they send.
+//
+//   hello_exchange --steps=20 --collectors=2
+//
+// Each role actor prints one JSON line with its final counters.
+
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "dice/actors/context_exchanger.hpp"
+#include "dice/actors/local_cluster.hpp"
+#include "dice/actors/model_exchanger.hpp"
+#include "dice/errc.hpp"
+#include "dice/log.hpp"
+#include "dice/torch/model.hpp"
+#include "dice/type_ids.hpp"
+
+#include "caf/actor_system.hpp"
+#include "caf/actor_system_config.hpp"
+#include "caf/exec_main.hpp"
+
+#include <boost/serialization/vector.hpp>
+#include <torch/torch.h>
+
+namespace {
+
+/// One environment step as the collectors report it.
+struct transition {
+  std::vector<float> obs;
+  std::int64_t action = 0;
+  float reward = 0;
+  bool done = false;
+
+  template <class Archive>
+  void serialize(Archive& ar, unsigned) {
+    ar& obs& action& reward& done;
+  }
+};
+
+/// The small MLP every node holds a copy of.
+struct mlp_impl : torch::nn::Module {
+  mlp_impl()
+    : fc1(register_module("fc1", torch::nn::Linear(4, 32))),
+      fc2(register_module("fc2", torch::nn::Linear(32, 2))) {
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    return fc2(torch::relu(fc1(x)));
+  }
+  torch::nn::Linear fc1, fc2;
+};
+TORCH_MODULE_IMPL(mlp, mlp_impl);
+
+constexpr int steps_per_iteration = 16;
+
+/// Collector: picks actions with its current model, emits transitions.
+dice::middleware collect(mlp net, std::uint32_t node) {
+  auto rng = std::make_shared<std::mt19937>(node);
+  dice::middleware m;
+  m.name = "collect";
+  m.before = [net, rng, node](dice::context& ctx) mutable -> dice::step {
+    std::normal_distribution<float> noise;
+    std::vector<transition> items(steps_per_iteration);
+    auto obs = torch::empty({steps_per_iteration, 4});
+    auto acc = obs.accessor<float, 2>();
+    for (int i = 0; i < steps_per_iteration; ++i)
+      for (int j = 0; j < 4; ++j)
+        acc[i][j] = noise(*rng);
+    torch::NoGradGuard no_grad;
+    auto actions = net->forward(obs).argmax(1);
+    for (int i = 0; i < steps_per_iteration; ++i) {
+      auto& t = items[i];
+      t.obs.assign(obs[i].data_ptr<float>(), obs[i].data_ptr<float>() + 4);
+      t.action = actions[i].item<std::int64_t>();
+      // Reward the action that matches the sign of the first feature.
+      t.reward = (t.obs[0] > 0) == (t.action == 1) ? 1.0f : 0.0f;
+      t.done = i + 1 == steps_per_iteration;
+    }
+    ctx.env_step += steps_per_iteration;
+    ctx.env_episode += 1;
+    ctx.trajectories = {dice::pack(items, node, ctx.model_version)};
+    ctx.trajectory_end_idx = {steps_per_iteration - 1};
+    return dice::proceed;
+  };
+  return m;
+}
+
+/// Learner: one Adam step on everything that arrived this iteration.
+dice::middleware train(mlp net, std::uint32_t node) {
+  auto opt = std::make_shared<torch::optim::Adam>(net->parameters(),
+                                                  torch::optim::AdamOptions(1e-2));
+  dice::middleware m;
+  m.name = "train";
+  m.before = [net, opt, node](dice::context& ctx) mutable -> dice::step {
+    auto items = dice::unpack<transition>(ctx.trajectories);
+    if (!items) {
+      dice::log::error(node, "bad trajectories: " + dice::render(items.error()));
+      return dice::proceed;
+    }
+    if (items->empty())
+      return dice::proceed;
+    auto n = static_cast<std::int64_t>(items->size());
+    auto obs = torch::empty({n, 4});
+    auto act = torch::empty({n}, torch::kLong);
+    auto rew = torch::empty({n});
+    for (std::int64_t i = 0; i < n; ++i) {
+      obs[i] = torch::from_blob((*items)[i].obs.data(), {4}).clone();
+      act[i] = (*items)[i].action;
+      rew[i] = (*items)[i].reward;
+    }
+    auto q = net->forward(obs).gather(1, act.unsqueeze(1)).squeeze(1);
+    auto loss = torch::mse_loss(q, rew);
+    opt->zero_grad();
+    loss.backward();
+    opt->step();
+    ctx.train_iter += 1;
+    return dice::proceed;
+  };
+  return m;
+}
+
+struct config : caf::actor_system_config {
+  std::int64_t steps = 20;
+  std::uint32_t collectors = 2;
+  config() {
+    dice::add_message_types(*this);
+    opt_group{custom_options_, "global"}
+      .add(steps, "steps", "learner iterations")
+      .add(collectors, "collectors", "number of collectors");
+  }
+};
+
+int caf_main(caf::actor_system& sys, const config& cfg) {
+  torch::manual_seed(0);
+  std::vector<dice::local_node> nodes;
+  // Every node runs the same two exchangers plus its own work.
+  auto add = [&](std::uint32_t id, dice::role r, mlp net,
+                 dice::middleware work) {
+    dice::pipeline p;
+    p.use(dice::context_exchanger())
+      .use(dice::model_exchanger(dice::model_port_of(net.ptr())))
+      .use(std::move(work));
+    // The learner sets the pace: it runs --steps iterations and its finish
+    // ends the others (which wait for its model and train_iter).
+    auto max_step = r == dice::role::learner ? cfg.steps : 0;
+    nodes.push_back(dice::local_node{id, {r}, std::move(p), max_step});
+  };
+  mlp learner_net;
+  add(0, dice::role::learner, learner_net, train(learner_net, 0));
+  add(1, dice::role::evaluator, mlp{}, dice::void_middleware("evaluate"));
+  for (std::uint32_t i = 0; i < cfg.collectors; ++i) {
+    mlp net;
+    add(2 + i, dice::role::collector, net, collect(net, 2 + i));
+  }
+  dice::local_run_options opts;
+  auto reports = dice::run_local(sys, std::move(nodes), opts);
+  if (!reports) {
+    dice::log::error(0, "run failed: " + dice::render(reports.error()));
+    return 1;
+  }
+  for (auto& rep : *reports)
+    if (rep.stop_reason.rfind("error", 0) == 0)
+      return 1;
+  return 0;
+}
+
+} // namespace
+
+CAF_MAIN()
