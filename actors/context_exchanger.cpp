@@ -115,7 +115,7 @@ struct exchanger_state {
       merge(ctx);
       return proceed;
     };
-    return wait{[this] { return box.any; }, timeout, resume};
+    return wait_for{[this] { return box.any; }, timeout, resume};
   }
 
   step before(context& ctx) {

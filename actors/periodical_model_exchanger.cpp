@@ -87,7 +87,7 @@ struct exchanger_state {
       }
       return update(ctx, start);
     };
-    return wait{[this] { return cache.slot.has_value(); }, left, resume};
+    return wait_for{[this] { return cache.slot.has_value(); }, left, resume};
   }
 };
 

@@ -158,7 +158,7 @@ void role_state::advance() {
   end_iteration();
 }
 
-bool role_state::arm(wait w) {
+bool role_state::arm(wait_for w) {
   for (;;) {
     if (finishing) {
       // Waits end early on finish (DI-engine's ME/PME; dice's CE too).

@@ -29,10 +29,10 @@ enum class wait_outcome : std::uint8_t {
   finished,
 };
 
-struct wait;
+struct wait_for;
 
 /// What a before-part returns: go on (`proceed`) or wait.
-using step = std::optional<wait>;
+using step = std::optional<wait_for>;
 
 /// Go on with the next middleware.
 inline constexpr std::nullopt_t proceed = std::nullopt;
@@ -41,7 +41,7 @@ inline constexpr std::nullopt_t proceed = std::nullopt;
 /// messages; after each one it checks `ready`. The wait ends when `ready`
 /// holds, when `timeout` passes (a delayed message, on CAF's clock, so tests
 /// use a fake one) or when the cluster finishes. Never a sleep loop.
-struct wait {
+struct wait_for {
   /// True when the awaited condition holds.
   std::function<bool()> ready;
   /// How long to wait at most.

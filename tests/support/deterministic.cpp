@@ -8,7 +8,7 @@ namespace dice::test {
 test_config::test_config() {
   set("scheduler.policy", caf::atom("testing"));
   set("logger.verbosity", caf::atom("quiet"));
-  add_message_types(*this);
+  dice::add_message_types(*this);
 }
 
 log_capture::log_capture() {
@@ -33,7 +33,8 @@ std::size_t log_capture::count(const std::string& needle) const {
 
 deterministic::deterministic()
   : sys(cfg),
-    sched(dynamic_cast<caf::scheduler::test_coordinator&>(sys.scheduler())) {
+    sched(dynamic_cast<caf::scheduler::test_coordinator&>(sys.scheduler())),
+    sink(sys, true) {
   // nop
 }
 
@@ -69,6 +70,7 @@ role_actor deterministic::spawn_role(const bus_actor& b, std::uint32_t node,
   rc.max_step = max_step;
   rc.wait_for_start = true;
   rc.epoch = 1000 + node;
+  rc.report_to = caf::actor_cast<caf::actor>(sink);
   auto result = sys.spawn(role_runner, std::move(rc), std::move(pipe));
   spawned.push_back(caf::actor_cast<caf::actor>(result));
   return result;
@@ -78,6 +80,22 @@ role_state& deterministic::state_of(const role_actor& x) {
   auto ptr = caf::actor_cast<caf::abstract_actor*>(x);
   return dynamic_cast<caf::stateful_actor<role_state, role_actor::base>&>(*ptr)
     .state;
+}
+
+void deterministic::start(std::initializer_list<role_actor> xs) {
+  sched.run();
+  for (auto& x : xs)
+    caf::anon_send(x, start_atom::value);
+  sched.run();
+}
+
+std::map<std::uint32_t, node_report> deterministic::reports() {
+  std::map<std::uint32_t, node_report> result;
+  bool more = true;
+  while (more)
+    sink->receive([&](const node_report& x) { result[x.node] = x; },
+                  caf::after(std::chrono::seconds{0}) >> [&] { more = false; });
+  return result;
 }
 
 } // namespace dice::test

@@ -5,6 +5,7 @@
 // without waiting. (CAF's own caf/test/dsl.hpp does not work under
 // GoogleTest.)
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,8 @@
 #include "caf/actor_system.hpp"
 #include "caf/actor_system_config.hpp"
 #include "caf/scheduler/test_coordinator.hpp"
+#include "caf/scoped_actor.hpp"
+#include "caf/send.hpp"
 
 #include <gtest/gtest.h>
 
@@ -64,11 +67,27 @@ protected:
   /// The state of a role actor (tests only read it).
   role_state& state_of(const role_actor& x);
 
+  /// Sends start_atom to each actor and runs until nothing moves.
+  void start(std::initializer_list<role_actor> xs);
+
+  /// Publishes `(topic, x)` on `bus` as if node `sender` had sent it.
+  template <class T>
+  void publish(const bus_actor& b, const std::string& topic,
+               std::uint32_t sender, T x) {
+    caf::anon_send(b, publish_atom::value, topic, sender,
+                   caf::make_message(topic, std::move(x)));
+    sched.run();
+  }
+
+  /// Final reports of role actors that stopped, by node id.
+  std::map<std::uint32_t, node_report> reports();
+
   test_config cfg;
   caf::actor_system sys;
   caf::scheduler::test_coordinator& sched;
   log_capture logs;
   std::vector<caf::actor> spawned;
+  caf::scoped_actor sink;
 };
 
 } // namespace dice::test

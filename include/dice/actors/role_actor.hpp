@@ -92,7 +92,7 @@ struct role_state : node_services {
   void advance();
 
   /// Starts waiting for `w`; false if the wait is pending (actor yields).
-  bool arm(wait w);
+  bool arm(wait_for w);
 
   /// Ends the pending wait with `outcome` and goes on.
   void resume(wait_outcome outcome);
@@ -134,7 +134,7 @@ struct role_state : node_services {
   /// Index of the stage whose before-part runs or waits.
   std::size_t cursor = 0;
   /// The wait in progress, if any.
-  std::optional<wait> pending;
+  std::optional<wait_for> pending;
   /// Identifies the pending wait's deadline message.
   std::uint64_t wait_id = 0;
   /// Joined the bus (its subscriptions are known).
