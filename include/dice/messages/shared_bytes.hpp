@@ -6,6 +6,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "caf/binary_deserializer.hpp"
 #include "caf/data_processor.hpp"
 #include "caf/deserializer.hpp"
 #include "caf/error.hpp"
@@ -88,6 +89,12 @@ public:
       return err;
     if (n > max_wire_bytes)
       return caf::sec::invalid_argument;
+    // A length beyond the bytes actually received means a truncated or
+    // hostile frame: refuse it before allocating up to max_wire_bytes for it.
+    // (BASP decodes with a binary_deserializer, so the wire gets this check.)
+    if (auto bin = dynamic_cast<caf::binary_deserializer*>(&f))
+      if (n > bin->remaining())
+        return caf::sec::end_of_stream;
     std::vector<std::uint8_t> buf;
     if (n > 0) {
       buf.resize(n);

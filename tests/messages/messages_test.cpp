@@ -1,0 +1,444 @@
+// Every dice message through CAF's binary serializer, raw and wrapped in a
+// caf::message (what BASP puts on the wire), plus the decoding guards for
+// hostile or truncated bytes. LibTorch-free.
+
+#include "dice/errc.hpp"
+#include "dice/messages/context_delta.hpp"
+#include "dice/messages/finish.hpp"
+#include "dice/messages/model_snapshot.hpp"
+#include "dice/messages/payload.hpp"
+#include "dice/messages/shared_bytes.hpp"
+#include "dice/messages/storage_ref.hpp"
+#include "dice/node_report.hpp"
+#include "dice/role.hpp"
+#include "dice/type_ids.hpp"
+
+#include "caf/actor_system.hpp"
+#include "caf/actor_system_config.hpp"
+#include "caf/binary_deserializer.hpp"
+#include "caf/binary_serializer.hpp"
+#include "caf/make_message.hpp"
+#include "caf/message.hpp"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <string>
+#include <vector>
+
+// Records the largest single allocation so a test can prove that a hostile
+// length is refused before memory is reserved for it.
+namespace {
+std::atomic<std::size_t> largest_alloc{0};
+} // namespace
+
+// noinline: GCC would otherwise see free() on operator new's pointer and warn.
+[[gnu::noinline]] void* operator new(std::size_t n) {
+  auto prev = largest_alloc.load(std::memory_order_relaxed);
+  while (n > prev
+         && !largest_alloc.compare_exchange_weak(prev, n,
+                                                 std::memory_order_relaxed)) {
+    // retry
+  }
+  if (auto p = std::malloc(n == 0 ? 1 : n))
+    return p;
+  throw std::bad_alloc{};
+}
+
+[[gnu::noinline]] void operator delete(void* p) noexcept {
+  std::free(p);
+}
+
+[[gnu::noinline]] void operator delete(void* p, std::size_t) noexcept {
+  std::free(p);
+}
+
+namespace {
+
+using dice::model_snapshot;
+using dice::payload;
+using dice::shared_bytes;
+
+/// An actor system with dice's types registered (the serializers need its
+/// type registry), on the test scheduler so no worker threads start.
+struct test_config : caf::actor_system_config {
+  test_config() {
+    set("scheduler.policy", caf::atom("testing"));
+    set("logger.verbosity", caf::atom("quiet"));
+    dice::add_message_types(*this);
+  }
+};
+
+/// Bytes with a position-dependent pattern, so a shifted or reordered copy
+/// never compares equal.
+std::vector<std::uint8_t> pattern(std::size_t n, std::uint32_t seed = 1) {
+  std::vector<std::uint8_t> result(n);
+  std::uint32_t state = seed;
+  for (auto& b : result) {
+    state = state * 1664525u + 1013904223u;
+    b = static_cast<std::uint8_t>(state >> 24);
+  }
+  return result;
+}
+
+payload make_payload(std::size_t n, std::uint64_t count, std::uint32_t origin,
+                     std::int64_t version) {
+  return payload{shared_bytes{pattern(n, origin + 7)}, count, origin, version};
+}
+
+model_snapshot small_snapshot() {
+  dice::snapshot_builder b;
+  auto w = pattern(3 * 4 * 4, 3);
+  auto steps = pattern(8, 4);
+  b.add("fc.weight", dice::dtype::float32, {3, 4}, w.data(), w.size());
+  b.add("bn.num_batches_tracked", dice::dtype::int64, {}, steps.data(),
+        steps.size());
+  b.add("empty", dice::dtype::uint8, {0, 5}, nullptr, 0);
+  return b.build(2, 77, 9, 123456789);
+}
+
+class messages : public ::testing::Test {
+ protected:
+  test_config cfg;
+  caf::actor_system sys{cfg};
+
+  /// Serializes `x` with CAF's binary serializer.
+  template <class T>
+  std::vector<char> save(T x) {
+    std::vector<char> buf;
+    caf::binary_serializer sink{sys, buf};
+    auto err = sink(x);
+    EXPECT_FALSE(err) << sys.render(err);
+    return buf;
+  }
+
+  /// Deserializes a `T`; every byte must be consumed.
+  template <class T>
+  caf::expected<T> load(const std::vector<char>& buf) {
+    T result;
+    caf::binary_deserializer source{sys, buf};
+    if (auto err = source(result))
+      return err;
+    if (source.remaining() != 0)
+      return caf::make_error(caf::sec::invalid_argument, "trailing bytes");
+    return result;
+  }
+
+  /// Serializes `x` as the single element of a caf::message.
+  template <class T>
+  std::vector<char> save_message(const T& x) {
+    auto msg = caf::make_message(x);
+    std::vector<char> buf;
+    caf::binary_serializer sink{sys, buf};
+    auto err = sink(msg);
+    EXPECT_FALSE(err) << sys.render(err);
+    return buf;
+  }
+
+  /// Deserializes a caf::message holding exactly one `T`.
+  template <class T>
+  caf::expected<T> load_message(const std::vector<char>& buf) {
+    caf::message msg;
+    caf::binary_deserializer source{sys, buf};
+    if (auto err = source(msg))
+      return err;
+    if (source.remaining() != 0)
+      return caf::make_error(caf::sec::invalid_argument, "trailing bytes");
+    if (!msg.match_elements<T>())
+      return caf::make_error(caf::sec::unexpected_message,
+                             "got " + to_string(msg));
+    return msg.get_as<T>(0);
+  }
+
+  /// Checks that `x` survives both round trips unchanged, and that every
+  /// truncation of both encodings is refused with an error.
+  template <class T>
+  void check_round_trip(const T& x) {
+    auto raw = save(x);
+    auto y = load<T>(raw);
+    ASSERT_TRUE(y) << sys.render(y.error());
+    EXPECT_TRUE(*y == x);
+    auto wrapped = save_message(x);
+    auto z = load_message<T>(wrapped);
+    ASSERT_TRUE(z) << sys.render(z.error());
+    EXPECT_TRUE(*z == x);
+    for (std::size_t n = 0; n < raw.size(); ++n) {
+      std::vector<char> cut{raw.begin(), raw.begin() + n};
+      EXPECT_FALSE(load<T>(cut)) << "raw prefix of " << n << " bytes";
+    }
+    for (std::size_t n = 0; n < wrapped.size(); ++n) {
+      std::vector<char> cut{wrapped.begin(), wrapped.begin() + n};
+      EXPECT_FALSE(load_message<T>(cut))
+        << "message prefix of " << n << " bytes";
+    }
+  }
+};
+
+// -- round trips --------------------------------------------------------------
+
+TEST_F(messages, role_set_round_trips) {
+  check_round_trip(dice::role_set{});
+  check_round_trip(dice::role_set{dice::role::learner});
+  check_round_trip(dice::role_set{dice::role::collector, dice::role::evaluator,
+                                  dice::role::fetcher});
+}
+
+TEST_F(messages, payload_round_trips) {
+  check_round_trip(payload{});
+  check_round_trip(make_payload(1, 1, 3, 0));
+  check_round_trip(make_payload(1000, 17, 4, 42));
+  // Different bytes of the same size must not compare equal after decoding.
+  auto a = save(make_payload(64, 1, 1, 1));
+  auto b = make_payload(64, 1, 2, 1);
+  b.origin = 1;
+  auto decoded = load<payload>(a);
+  ASSERT_TRUE(decoded);
+  EXPECT_FALSE(*decoded == b);
+}
+
+TEST_F(messages, context_delta_with_every_field_set_round_trips) {
+  dice::context_delta x;
+  x.sender = 5;
+  x.epoch = 1005;
+  x.seq = 3;
+  x.sender_roles = dice::role_set{dice::role::collector};
+  x.env_step = 128;
+  x.env_episode = -2;
+  x.train_iter = 9;
+  x.trajectories = {make_payload(100, 4, 5, 7), make_payload(0, 0, 5, 7),
+                    make_payload(33, 1, 6, 8)};
+  x.episodes = {make_payload(10, 1, 5, 7)};
+  x.trajectory_end_idx = {3, 4, 5};
+  x.has_trajectory_end_idx = true;
+  x.model_version = 7;
+  check_round_trip(x);
+}
+
+TEST_F(messages, context_delta_with_unset_optionals_round_trips) {
+  dice::context_delta x;
+  x.sender = 1;
+  x.seq = 1;
+  x.sender_roles = dice::role_set{dice::role::learner};
+  x.train_iter = 0; // set, but zero: must stay set
+  check_round_trip(x);
+  auto y = load<dice::context_delta>(save(x));
+  ASSERT_TRUE(y);
+  EXPECT_FALSE(y->env_step);
+  EXPECT_FALSE(y->env_episode);
+  ASSERT_TRUE(y->train_iter);
+  EXPECT_EQ(*y->train_iter, 0);
+  EXPECT_TRUE(y->trajectories.empty());
+  EXPECT_TRUE(y->episodes.empty());
+  EXPECT_TRUE(y->trajectory_end_idx.empty());
+  // A default delta (nothing set at all) round trips as well.
+  check_round_trip(dice::context_delta{});
+}
+
+TEST_F(messages, tensor_entry_round_trips) {
+  check_round_trip(dice::tensor_entry{});
+  check_round_trip(
+    dice::tensor_entry{"fc1.weight", dice::dtype::bfloat16, {64, 4}, 128, 512});
+}
+
+TEST_F(messages, model_snapshot_round_trips) {
+  check_round_trip(model_snapshot{});
+  auto x = small_snapshot();
+  ASSERT_FALSE(dice::validate(x));
+  check_round_trip(x);
+}
+
+TEST_F(messages, storage_ref_round_trips) {
+  check_round_trip(dice::storage_ref{});
+  check_round_trip(dice::storage_ref{dice::storage_kind::shm, "/dice-3-17",
+                                     "host-a", 4096, 0xDEADBEEFCAFEull, 3});
+}
+
+TEST_F(messages, finish_round_trips) {
+  check_round_trip(dice::finish{});
+  check_round_trip(dice::finish{4, "max_step", false});
+  check_round_trip(dice::finish{2, "collector 2 failed: env crashed", true});
+}
+
+TEST_F(messages, node_report_round_trips) {
+  // node_report has no operator==: compare its JSON rendering.
+  dice::node_report x;
+  x.node = 3;
+  x.roles = dice::role_set{dice::role::learner, dice::role::evaluator};
+  x.total_step = 99;
+  x.iterations = 100;
+  x.env_step = 12800;
+  x.env_episode = 64;
+  x.train_iter = 100;
+  x.model_version = 10;
+  x.trajectories_received = 12800;
+  x.deltas_received = 200;
+  x.models_loaded = 1;
+  x.models_sent = 10;
+  x.models_dropped = 2;
+  x.timeouts = 1;
+  x.stop_reason = "max_step";
+  auto y = load<dice::node_report>(save(x));
+  ASSERT_TRUE(y) << sys.render(y.error());
+  EXPECT_EQ(dice::to_json(*y), dice::to_json(x));
+  auto z = load_message<dice::node_report>(save_message(x));
+  ASSERT_TRUE(z) << sys.render(z.error());
+  EXPECT_EQ(dice::to_json(*z), dice::to_json(x));
+  auto d = load<dice::node_report>(save(dice::node_report{}));
+  ASSERT_TRUE(d);
+  EXPECT_EQ(dice::to_json(*d), dice::to_json(dice::node_report{}));
+}
+
+TEST_F(messages, large_snapshot_comes_back_byte_identical) {
+  constexpr std::size_t n = 100 * 1000 * 1000;
+  auto bytes = pattern(n, 11);
+  dice::snapshot_builder b{n};
+  b.add("big", dice::dtype::uint8, {static_cast<std::int64_t>(n)}, bytes.data(),
+        n);
+  auto x = b.build(1, 2, 3, 4);
+  ASSERT_EQ(x.data.size(), n);
+  {
+    auto y = load<model_snapshot>(save(x));
+    ASSERT_TRUE(y) << sys.render(y.error());
+    ASSERT_EQ(y->data.size(), n);
+    EXPECT_FALSE(y->data.same_buffer(x.data));
+    EXPECT_EQ(std::memcmp(y->data.data(), bytes.data(), n), 0);
+    EXPECT_EQ(y->index, x.index);
+    EXPECT_FALSE(dice::validate(*y));
+  }
+  {
+    auto y = load_message<model_snapshot>(save_message(x));
+    ASSERT_TRUE(y) << sys.render(y.error());
+    ASSERT_EQ(y->data.size(), n);
+    EXPECT_EQ(std::memcmp(y->data.data(), bytes.data(), n), 0);
+    EXPECT_EQ(y->version, 3);
+  }
+}
+
+// -- shared_bytes -------------------------------------------------------------
+
+TEST_F(messages, shared_bytes_copies_share_the_buffer) {
+  shared_bytes a{pattern(1024)};
+  auto first = a.data();
+  EXPECT_EQ(a.use_count(), 1);
+  auto b = a;
+  EXPECT_TRUE(b.same_buffer(a));
+  EXPECT_EQ(b.data(), first);
+  EXPECT_EQ(a.use_count(), 2);
+  {
+    auto snap = small_snapshot();
+    auto copy = snap;
+    EXPECT_TRUE(copy.data.same_buffer(snap.data));
+    EXPECT_EQ(snap.data.use_count(), 2);
+    // A caf::message holding a snapshot shares it too (copy-on-write).
+    auto msg = caf::make_message(snap);
+    auto msg2 = msg;
+    EXPECT_TRUE(msg2.get_as<model_snapshot>(0).data.same_buffer(snap.data));
+  }
+  shared_bytes c{pattern(1024)};
+  EXPECT_FALSE(c.same_buffer(a));
+  EXPECT_TRUE(c == a); // equal content, different buffers
+  EXPECT_TRUE(shared_bytes{} == shared_bytes{std::vector<std::uint8_t>{}});
+  EXPECT_FALSE(shared_bytes{pattern(4, 1)} == shared_bytes{pattern(4, 2)});
+}
+
+TEST_F(messages, length_above_max_wire_bytes_is_refused) {
+  std::vector<char> buf;
+  caf::binary_serializer sink{sys, buf};
+  std::size_t n = dice::max_wire_bytes + 1;
+  ASSERT_FALSE(sink.begin_sequence(n));
+  buf.resize(buf.size() + 64, 'x');
+  largest_alloc = 0;
+  auto x = load<shared_bytes>(buf);
+  ASSERT_FALSE(x);
+  EXPECT_EQ(x.error(), caf::sec::invalid_argument);
+  EXPECT_LT(largest_alloc.load(), std::size_t{1} << 20);
+}
+
+TEST_F(messages, length_beyond_the_input_is_refused_before_allocating) {
+  // Within the limit, but the frame holds only a few bytes: must not
+  // allocate the claimed gigabyte just to find out.
+  std::vector<char> buf;
+  caf::binary_serializer sink{sys, buf};
+  std::size_t n = dice::max_wire_bytes / 2;
+  ASSERT_FALSE(sink.begin_sequence(n));
+  buf.resize(buf.size() + 64, 'x');
+  largest_alloc = 0;
+  auto x = load<shared_bytes>(buf);
+  EXPECT_FALSE(x);
+  EXPECT_LT(largest_alloc.load(), std::size_t{1} << 20);
+}
+
+TEST_F(messages, hostile_snapshot_length_is_refused) {
+  auto x = small_snapshot();
+  // The data length is the varbyte right after the index; rebuild the frame
+  // with a huge length in its place.
+  auto head = save(model_snapshot{x.sender, x.epoch, x.version, x.send_time_ns,
+                                  x.index, shared_bytes{}});
+  ASSERT_GT(head.size(), 1u);
+  head.pop_back(); // the empty buffer's length (one varbyte 0)
+  caf::binary_serializer sink{sys, head};
+  std::size_t n = std::size_t{1} << 40;
+  ASSERT_FALSE(sink.begin_sequence(n));
+  head.insert(head.end(), 128, 'x');
+  auto y = load<model_snapshot>(head);
+  EXPECT_FALSE(y);
+}
+
+// -- validate(model_snapshot) -------------------------------------------------
+
+class validate_snapshot : public ::testing::Test {
+ protected:
+  model_snapshot x = small_snapshot();
+
+  void expect_rejected(const char* what) {
+    auto err = dice::validate(x);
+    EXPECT_TRUE(dice::is(err, dice::errc::malformed_input))
+      << what << ": " << dice::render(err);
+  }
+};
+
+TEST_F(validate_snapshot, accepts_a_consistent_snapshot) {
+  EXPECT_FALSE(dice::validate(x)) << dice::render(dice::validate(x));
+  EXPECT_FALSE(dice::validate(model_snapshot{}));
+}
+
+TEST_F(validate_snapshot, rejects_an_unknown_dtype) {
+  x.index[0].type = static_cast<dice::dtype>(200);
+  expect_rejected("unknown dtype");
+}
+
+TEST_F(validate_snapshot, rejects_a_negative_dimension) {
+  x.index[0].shape = {-3, -4};
+  expect_rejected("negative dimension");
+}
+
+TEST_F(validate_snapshot, rejects_an_nbytes_mismatch) {
+  x.index[0].nbytes -= 4;
+  expect_rejected("nbytes mismatch");
+}
+
+TEST_F(validate_snapshot, rejects_an_overflowing_shape) {
+  x.index[0].shape = {std::int64_t{1} << 62, std::int64_t{1} << 62};
+  expect_rejected("overflowing shape");
+}
+
+TEST_F(validate_snapshot, rejects_a_tensor_outside_the_buffer) {
+  x.index[1].offset = x.data.size() - 4;
+  expect_rejected("out of buffer");
+}
+
+TEST_F(validate_snapshot, rejects_overlapping_tensors) {
+  x.index[1].offset = x.index[0].offset + 8;
+  expect_rejected("overlap");
+}
+
+TEST_F(validate_snapshot, rejects_a_duplicate_name) {
+  x.index[1].name = x.index[0].name;
+  expect_rejected("duplicate name");
+}
+
+} // namespace

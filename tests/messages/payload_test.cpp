@@ -1,0 +1,194 @@
+// A user's own item type through dice::pack / dice::unpack, and the refusal
+// of corrupt, truncated or inconsistent payloads. LibTorch-free.
+
+#include "dice/errc.hpp"
+#include "dice/messages/payload.hpp"
+
+#include <boost/serialization/collection_size_type.hpp>
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <sstream>
+#include <vector>
+
+namespace user {
+
+/// What a user of dice would write: a plain struct and a Boost serialize().
+struct transition {
+  std::vector<float> obs;
+  int action = 0;
+  float reward = 0;
+  bool done = false;
+};
+
+bool operator==(const transition& x, const transition& y) {
+  return x.obs == y.obs && x.action == y.action && x.reward == y.reward
+    && x.done == y.done;
+}
+
+} // namespace user
+
+namespace boost::serialization {
+
+template <class Archive>
+void serialize(Archive& ar, user::transition& x, const unsigned int) {
+  ar& x.obs& x.action& x.reward& x.done;
+}
+
+} // namespace boost::serialization
+
+namespace {
+
+using dice::payload;
+using user::transition;
+
+std::vector<transition> make_items(int n, int first_action) {
+  std::vector<transition> result;
+  for (int i = 0; i < n; ++i) {
+    auto a = first_action + i;
+    result.push_back(transition{{0.5f * a, -1.25f, 3.0f + a, 1e-3f * a},
+                                a,
+                                a % 2 == 0 ? 1.0f : -0.5f,
+                                a % 3 == 0});
+  }
+  return result;
+}
+
+/// What `out` holds before a failed unpack; it must hold exactly this after.
+const std::vector<transition> sentinel = make_items(1, 1000);
+
+payload with_bytes(const payload& x, std::vector<std::uint8_t> bytes) {
+  auto result = x;
+  result.bytes = dice::shared_bytes{std::move(bytes)};
+  return result;
+}
+
+std::vector<std::uint8_t> bytes_of(const payload& x) {
+  return {x.bytes.data(), x.bytes.data() + x.bytes.size()};
+}
+
+void expect_malformed(const payload& x, const char* what) {
+  auto out = sentinel;
+  auto err = dice::unpack_into(x, out);
+  EXPECT_TRUE(dice::is(err, dice::errc::malformed_input))
+    << what << ": " << dice::render(err);
+  EXPECT_EQ(out, sentinel) << what << ": output changed";
+  auto all = dice::unpack<transition>(x);
+  EXPECT_FALSE(all) << what;
+}
+
+TEST(payload, single_payload_round_trips) {
+  auto items = make_items(3, 0);
+  auto p = dice::pack(items, 4, 9);
+  EXPECT_EQ(p.count, 3u);
+  EXPECT_EQ(p.origin, 4u);
+  EXPECT_EQ(p.model_version, 9);
+  EXPECT_FALSE(p.bytes.empty());
+  auto back = dice::unpack<transition>(p);
+  ASSERT_TRUE(back) << dice::render(back.error());
+  EXPECT_EQ(*back, items);
+}
+
+TEST(payload, empty_list_round_trips) {
+  auto p = dice::pack(std::vector<transition>{});
+  EXPECT_EQ(p.count, 0u);
+  EXPECT_EQ(p.model_version, -1);
+  auto back = dice::unpack<transition>(p);
+  ASSERT_TRUE(back) << dice::render(back.error());
+  EXPECT_TRUE(back->empty());
+}
+
+TEST(payload, item_with_empty_vector_round_trips) {
+  std::vector<transition> items{transition{}, transition{{}, 7, 0.5f, true}};
+  auto back = dice::unpack<transition>(dice::pack(items));
+  ASSERT_TRUE(back) << dice::render(back.error());
+  EXPECT_EQ(*back, items);
+}
+
+TEST(payload, list_of_payloads_concatenates_in_order) {
+  auto a = make_items(2, 0);
+  auto b = make_items(0, 10);
+  auto c = make_items(3, 20);
+  std::vector<payload> ps{dice::pack(a, 1), dice::pack(b, 2), dice::pack(c, 3)};
+  EXPECT_EQ(dice::item_count(ps), 5u);
+  auto back = dice::unpack<transition>(ps);
+  ASSERT_TRUE(back) << dice::render(back.error());
+  auto expected = a;
+  expected.insert(expected.end(), c.begin(), c.end());
+  EXPECT_EQ(*back, expected);
+  // unpack_into appends after what is already there.
+  auto out = sentinel;
+  ASSERT_FALSE(dice::unpack_into(ps[2], out));
+  ASSERT_EQ(out.size(), 4u);
+  EXPECT_EQ(out[0], sentinel[0]);
+  EXPECT_EQ(out[3], c[2]);
+}
+
+TEST(payload, list_with_one_bad_payload_fails) {
+  std::vector<payload> ps{dice::pack(make_items(2, 0)),
+                          with_bytes(dice::pack(make_items(1, 5)), {1, 2, 3})};
+  auto back = dice::unpack<transition>(ps);
+  ASSERT_FALSE(back);
+  EXPECT_TRUE(dice::is(back.error(), dice::errc::malformed_input));
+}
+
+TEST(payload, empty_bytes_are_malformed) {
+  expect_malformed(payload{}, "default payload");
+  expect_malformed(payload{dice::shared_bytes{}, 0, 0, -1}, "zero count");
+}
+
+TEST(payload, corrupt_bytes_are_malformed) {
+  auto p = dice::pack(make_items(2, 0));
+  auto bytes = bytes_of(p);
+  // The archive starts with a signature; garble it.
+  auto bad_sig = bytes;
+  for (std::size_t i = 0; i < 12 && i < bad_sig.size(); ++i)
+    bad_sig[i] ^= 0x5A;
+  expect_malformed(with_bytes(p, bad_sig), "garbled signature");
+  std::vector<std::uint8_t> noise(bytes.size());
+  for (std::size_t i = 0; i < noise.size(); ++i)
+    noise[i] = static_cast<std::uint8_t>(i * 37 + 11);
+  expect_malformed(with_bytes(p, noise), "noise");
+}
+
+TEST(payload, every_truncation_is_malformed) {
+  auto p = dice::pack(make_items(3, 0));
+  auto bytes = bytes_of(p);
+  ASSERT_GT(bytes.size(), 8u);
+  for (std::size_t n = 0; n < bytes.size(); ++n) {
+    auto cut = with_bytes(p, {bytes.begin(), bytes.begin() + n});
+    auto out = sentinel;
+    auto err = dice::unpack_into(cut, out);
+    ASSERT_TRUE(dice::is(err, dice::errc::malformed_input))
+      << "prefix of " << n << " bytes: " << dice::render(err);
+    ASSERT_EQ(out, sentinel) << "prefix of " << n << " bytes";
+  }
+}
+
+TEST(payload, count_mismatch_is_malformed) {
+  auto p = dice::pack(make_items(3, 0));
+  auto more = p;
+  more.count = 4;
+  expect_malformed(more, "claims more items");
+  auto fewer = p;
+  fewer.count = 2;
+  expect_malformed(fewer, "claims fewer items");
+}
+
+TEST(payload, hostile_item_count_is_malformed) {
+  // An archive of a vector claiming 2^60 items and holding none: decoding
+  // must fail with an error, not crash or exhaust memory.
+  std::ostringstream out;
+  {
+    boost::archive::binary_oarchive ar(out);
+    boost::serialization::collection_size_type count(std::size_t{1} << 60);
+    boost::serialization::item_version_type item_version(0);
+    ar << count << item_version;
+  }
+  auto str = out.str();
+  std::vector<std::uint8_t> buf{str.begin(), str.end()};
+  expect_malformed(payload{dice::shared_bytes{std::move(buf)}, 1, 0, -1},
+                   "2^60 items");
+}
+
+} // namespace
