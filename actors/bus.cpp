@@ -1,25 +1,139 @@
 #include "dice/actors/bus.hpp"
 
-#include <algorithm>
-
+#include "dice/errc.hpp"
 #include "dice/log.hpp"
 
+#include "caf/actor_system.hpp"
+#include "caf/exit_reason.hpp"
+#include "caf/io/middleman.hpp"
 #include "caf/send.hpp"
+
+#include <algorithm>
+#include <set>
 
 namespace dice {
 
 namespace {
 
-void add_subscriber(bus_actor::stateful_pointer<bus_state> self,
-                    const std::string& topic, std::uint32_t node,
+using bus_ptr = bus_actor::stateful_pointer<bus_state>;
+
+// Timer kinds of (tick, kind, id); kinds >= reconnect_kind name an endpoint.
+constexpr std::uint32_t loss_kind = 0;
+constexpr std::uint32_t reconnect_kind = 1;
+
+std::string describe(const bus_peer& p) {
+  return "node " + std::to_string(p.node) + " (" + to_string(p.roles) + ")";
+}
+
+bool contains(const std::vector<std::string>& xs, const std::string& x) {
+  return std::find(xs.begin(), xs.end(), x) != xs.end();
+}
+
+bus_peer* find_peer(bus_ptr self, std::uint32_t node) {
+  for (auto& p : self->state.peers)
+    if (p.node == node)
+      return &p;
+  return nullptr;
+}
+
+// Topics any local member subscribed to.
+std::vector<std::string> local_topics(bus_ptr self) {
+  std::vector<std::string> result;
+  for (auto& [topic, subs] : self->state.topics)
+    if (!subs.empty())
+      result.push_back(topic);
+  return result;
+}
+
+peer_hello make_hello(bus_ptr self) {
+  auto& st = self->state;
+  peer_hello h;
+  h.node = st.cfg.node;
+  h.roles = st.cfg.roles;
+  h.topics = local_topics(self);
+  if (st.finished)
+    h.finished.push_back(*st.finished);
+  h.drained = st.drained;
+  return h;
+}
+
+// What a new peer subscribed to `topics` should get at once: messages held
+// because nobody listened, else the last message of a retained topic.
+std::vector<std::pair<std::string, std::pair<std::uint32_t, caf::message>>>
+take_backlog(bus_ptr self, const std::vector<std::string>& topics) {
+  auto& st = self->state;
+  std::vector<std::pair<std::string, std::pair<std::uint32_t, caf::message>>>
+    result;
+  for (auto& topic : topics) {
+    if (auto i = st.held.find(topic); i != st.held.end()) {
+      for (auto& x : i->second)
+        result.emplace_back(topic, x);
+      st.held.erase(i);
+    } else if (auto j = st.retained.find(topic); j != st.retained.end()) {
+      result.emplace_back(topic, j->second);
+    }
+  }
+  return result;
+}
+
+void hold(bus_ptr self, const std::string& topic, std::uint32_t sender,
+          const caf::message& msg) {
+  auto& st = self->state;
+  auto& q = st.held[topic];
+  q.emplace_back(sender, msg);
+  if (q.size() > st.cfg.max_held_per_topic) {
+    q.pop_front();
+    if (++st.held_dropped % 1024 == 1)
+      log::warning(st.cfg.node,
+                   "bus: no subscriber for topic '" + topic
+                     + "', dropped the oldest held message");
+  }
+}
+
+// Delivers to local subscribers (never back to the sender's node) and, for
+// messages of local members, once to each peer subscribed to the topic.
+// Holds the message when nobody at all subscribed.
+void route(bus_ptr self, const std::string& topic, std::uint32_t sender,
+           const caf::message& msg, bool from_peer) {
+  auto& st = self->state;
+  if (!from_peer && contains(st.cfg.retained_topics, topic))
+    st.retained[topic] = std::make_pair(sender, msg);
+  bool any = false;
+  if (auto i = st.topics.find(topic); i != st.topics.end()) {
+    // The same caf::message goes to every receiver: nothing is copied.
+    for (auto& sub : i->second) {
+      any = true;
+      if (sub.node != sender)
+        caf::anon_send(sub.member, msg);
+    }
+  }
+  // Peers never relay what they got from a peer: delivery is to direct
+  // peers only, once (DI-engine's bus semantics, minus the losses).
+  if (!from_peer)
+    for (auto& p : st.peers)
+      if (p.node != sender && contains(p.topics, topic)) {
+        any = true;
+        self->send(p.handle, forward_atom::value, topic, sender, msg);
+      }
+  if (!any)
+    hold(self, topic, sender, msg);
+}
+
+void add_subscriber(bus_ptr self, const std::string& topic, std::uint32_t node,
                     const caf::actor& member) {
   auto& st = self->state;
   auto& subs = st.topics[topic];
-  auto same = [&](const bus_subscriber& x) { return x.member == member; };
+  auto same = [&](const bus_subscriber& x) {
+    return x.member == member;
+  };
   // One subscription, one delivery: subscribing twice changes nothing.
   if (std::any_of(subs.begin(), subs.end(), same))
     return;
   subs.push_back(bus_subscriber{node, member});
+  // Peers learn about a topic when this node first listens to it.
+  if (subs.size() == 1)
+    for (auto& p : st.peers)
+      self->send(p.handle, subscribe_atom::value, topic, st.cfg.node);
   // Hand over what was published before anyone listened.
   auto i = st.held.find(topic);
   if (i == st.held.end())
@@ -30,51 +144,237 @@ void add_subscriber(bus_actor::stateful_pointer<bus_state> self,
   st.held.erase(i);
 }
 
-// Once every member is done, all messages they published have been
-// forwarded (each member's publishes precede its done), so each member may
-// stop with nothing in flight.
-void check_all_done(bus_actor::stateful_pointer<bus_state> self) {
+void deliver_waiters(bus_ptr self) {
+  auto& st = self->state;
+  auto n = static_cast<std::uint32_t>(st.peers.size());
+  auto& ws = st.peer_waiters;
+  for (auto i = ws.begin(); i != ws.end();) {
+    if (i->first <= n) {
+      i->second.deliver(n);
+      i = ws.erase(i);
+    } else {
+      ++i;
+    }
+  }
+}
+
+// Starts (or stops) the clock that ends a node left without peers.
+void update_loss_timer(bus_ptr self) {
+  auto& st = self->state;
+  if (!st.cfg.expect_peers || st.finished || !st.peers.empty()) {
+    st.loss_timer = 0;
+    return;
+  }
+  if (st.loss_timer != 0)
+    return;
+  st.loss_timer = ++st.next_timer;
+  self->delayed_send(self, st.cfg.peer_loss_timeout, tick_atom::value,
+                     loss_kind, st.loss_timer);
+}
+
+void release(bus_ptr self) {
+  auto& st = self->state;
+  st.released = true;
+  for (auto& m : st.done)
+    caf::anon_send(m, done_atom::value);
+  st.done.clear();
+}
+
+// Once every local member is done, this node publishes nothing more: peers
+// are told. Once, in addition, every peer is done, all messages they sent
+// have arrived (BASP keeps the order of one connection and each peer's
+// forwards precede its done), so each member may stop with nothing in
+// flight.
+void check_all_done(bus_ptr self) {
   auto& st = self->state;
   if (!st.finished || st.done.empty())
     return;
   for (auto& m : st.members)
     if (std::find(st.done.begin(), st.done.end(), m.member) == st.done.end())
       return;
-  for (auto& m : st.done)
-    caf::anon_send(m, done_atom::value);
-  st.done.clear();
+  if (!st.drained) {
+    st.drained = true;
+    for (auto& p : st.peers)
+      self->send(p.handle, done_atom::value, st.cfg.node);
+  }
+  for (auto& p : st.peers)
+    if (!p.drained)
+      return;
+  release(self);
+}
+
+void on_finish(bus_ptr self, const finish& x) {
+  auto& st = self->state;
+  if (st.finished)
+    return;
+  st.finished = x;
+  if (st.cfg.expect_peers)
+    log::info(st.cfg.node,
+              "run finished by node " + std::to_string(x.sender) + ": "
+                + x.reason);
+  for (auto& m : st.members)
+    if (m.node != x.sender)
+      caf::anon_send(m.member, x);
+  // Relay to every peer (they drop duplicates): finish floods hop by hop
+  // across star and alone topologies, as in DI-engine.
+  for (auto& p : st.peers)
+    self->send(p.handle, x);
+  st.loss_timer = 0;
+  check_all_done(self);
+}
+
+void schedule_reconnect(bus_ptr self, std::size_t idx) {
+  auto& st = self->state;
+  if (st.released)
+    return;
+  auto& ep = st.endpoints[idx];
+  ep.busy = false;
+  ep.timer = ++st.next_timer;
+  if (ep.backoff.count() == 0)
+    ep.backoff = st.cfg.reconnect_min;
+  self->delayed_send(self, ep.backoff, tick_atom::value,
+                     reconnect_kind + static_cast<std::uint32_t>(idx),
+                     ep.timer);
+  ep.backoff = std::min(ep.backoff * 2, st.cfg.reconnect_max);
+}
+
+// Registers a peer after a successful handshake.
+void add_peer(bus_ptr self, bus_peer p, const peer_hello& h) {
+  auto& st = self->state;
+  self->monitor(p.handle);
+  log::info(st.cfg.node, "connected to peer " + describe(p));
+  if (p.endpoint)
+    st.endpoints[*p.endpoint].backoff = caf::timespan{0};
+  st.peers.push_back(std::move(p));
+  update_loss_timer(self);
+  deliver_waiters(self);
+  // A node that joins a finished cluster is told at once.
+  if (!h.finished.empty())
+    on_finish(self, h.finished.front());
+  check_all_done(self);
+}
+
+void attach(bus_ptr self, std::size_t idx) {
+  auto& st = self->state;
+  auto& ep = st.endpoints[idx];
+  ep.busy = true;
+  auto host = ep.host;
+  auto port = ep.port;
+  auto where = host + ":" + std::to_string(port);
+  auto mm = self->system().middleman().actor_handle();
+  self
+    ->request(mm, st.cfg.connect_timeout, caf::connect_atom::value, host, port)
+    .then(
+      [=](const caf::node_id&, caf::strong_actor_ptr& ptr,
+          const std::set<std::string>& ifs) {
+        auto& st = self->state;
+        caf::detail::type_list<bus_actor> tk;
+        if (!ptr || ifs != self->system().message_types(tk)) {
+          // Another program or another dice version: retrying cannot help.
+          log::error(st.cfg.node,
+                     "handshake with " + where
+                       + " refused: not a dice bus of protocol v"
+                       + std::to_string(bus_protocol_version));
+          return;
+        }
+        auto peer = caf::actor_cast<bus_actor>(ptr);
+        auto sent = make_hello(self);
+        self->request(peer, st.cfg.connect_timeout, hello_atom::value, sent)
+          .then(
+            [=](peer_hello& h) {
+              auto& st = self->state;
+              // What the peer held for us arrives before anything else.
+              for (auto& x : h.backlog)
+                if (x.match_elements<std::string, std::uint32_t,
+                                     caf::message>())
+                  route(self, x.get_as<std::string>(0),
+                        x.get_as<std::uint32_t>(1), x.get_as<caf::message>(2),
+                        true);
+              bus_peer p{h.node, h.roles, peer, h.topics, h.drained, idx};
+              for (auto& [topic, x] : take_backlog(self, p.topics))
+                self->send(peer, forward_atom::value, topic, x.first, x.second);
+              // State that changed while the handshake was in flight.
+              if (st.finished && sent.finished.empty())
+                self->send(peer, *st.finished);
+              if (st.drained && !sent.drained)
+                self->send(peer, done_atom::value, st.cfg.node);
+              add_peer(self, std::move(p), h);
+            },
+            [=](caf::error& err) {
+              auto& st = self->state;
+              if (is(err, errc::handshake_failed)) {
+                log::error(st.cfg.node,
+                           "handshake with " + where
+                             + " refused: " + render(err));
+                return;
+              }
+              log::debug(st.cfg.node,
+                         "handshake with " + where + " failed: " + render(err));
+              schedule_reconnect(self, idx);
+            });
+      },
+      [=](caf::error& err) {
+        log::debug(self->state.cfg.node,
+                   "cannot connect to " + where + ": " + render(err));
+        schedule_reconnect(self, idx);
+      });
+}
+
+void remove_member(bus_ptr self, const caf::actor_addr& who) {
+  auto& st = self->state;
+  auto gone = [&](const bus_subscriber& x) {
+    return x.member.address() == who;
+  };
+  st.members.erase(std::remove_if(st.members.begin(), st.members.end(), gone),
+                   st.members.end());
+  st.done.erase(std::remove_if(st.done.begin(), st.done.end(),
+                               [&](const caf::actor& x) {
+                                 return x.address() == who;
+                               }),
+                st.done.end());
+  for (auto& [topic, subs] : st.topics)
+    subs.erase(std::remove_if(subs.begin(), subs.end(), gone), subs.end());
 }
 
 } // namespace
 
-bus_actor::behavior_type bus(bus_actor::stateful_pointer<bus_state> self,
-                             bus_config cfg) {
-  self->state.cfg = cfg;
+bus_actor::behavior_type bus(bus_ptr self, bus_config cfg) {
+  self->state.cfg = std::move(cfg);
+  // A published bus can be reached by any CAF peer: an exit sent by a remote
+  // actor must not kill this node.
+  self->set_exit_handler([=](caf::exit_msg& em) {
+    if (em.source && em.source.node() != self->node()) {
+      log::warning(self->state.cfg.node,
+                   "ignored an exit message from a remote actor");
+      return;
+    }
+    if (em.reason != caf::exit_reason::normal)
+      self->quit(em.reason);
+  });
   self->set_down_handler([=](const caf::down_msg& dm) {
     auto& st = self->state;
-    auto gone = [&](const bus_subscriber& x) {
-      return x.member.address() == dm.source;
-    };
-    st.members.erase(
-      std::remove_if(st.members.begin(), st.members.end(), gone),
-      st.members.end());
-    st.done.erase(std::remove_if(st.done.begin(), st.done.end(),
-                                 [&](const caf::actor& x) {
-                                   return x.address() == dm.source;
-                                 }),
-                  st.done.end());
-    for (auto& [topic, subs] : st.topics)
-      subs.erase(std::remove_if(subs.begin(), subs.end(),
-                                [&](const bus_subscriber& x) {
-                                  return x.member.address() == dm.source;
-                                }),
-                 subs.end());
+    auto i = std::find_if(st.peers.begin(), st.peers.end(),
+                          [&](const bus_peer& p) {
+                            return p.handle.address() == dm.source;
+                          });
+    if (i != st.peers.end()) {
+      auto p = std::move(*i);
+      st.peers.erase(i);
+      auto lvl = st.released ? log::level::info : log::level::warning;
+      log::write(lvl, st.cfg.node,
+                 "lost peer " + describe(p) + ": " + caf::to_string(dm.reason));
+      if (p.endpoint)
+        schedule_reconnect(self, *p.endpoint);
+      update_loss_timer(self);
+    } else {
+      remove_member(self, dm.source);
+    }
     check_all_done(self);
   });
+  update_loss_timer(self);
   return {
-    [=](join_atom, std::uint32_t node, role_set,
-        const caf::actor& member, const std::vector<std::string>& topics)
-      -> std::vector<finish> {
+    [=](join_atom, std::uint32_t node, role_set, const caf::actor& member,
+        const std::vector<std::string>& topics) -> std::vector<finish> {
       self->monitor(member);
       self->state.members.push_back(bus_subscriber{node, member});
       for (auto& topic : topics)
@@ -91,23 +391,7 @@ bus_actor::behavior_type bus(bus_actor::stateful_pointer<bus_state> self,
     },
     [=](publish_atom, const std::string& topic, std::uint32_t sender,
         const caf::message& msg) {
-      auto& st = self->state;
-      auto i = st.topics.find(topic);
-      if (i == st.topics.end() || i->second.empty()) {
-        auto& q = st.held[topic];
-        q.emplace_back(sender, msg);
-        if (q.size() > st.cfg.max_held_per_topic) {
-          q.pop_front();
-          if (++st.held_dropped % 1024 == 1)
-            log::warning(sender, "bus: no subscriber for topic '" + topic
-                                   + "', dropped the oldest held message");
-        }
-        return;
-      }
-      // The same caf::message goes to every receiver: nothing is copied.
-      for (auto& sub : i->second)
-        if (sub.node != sender)
-          caf::anon_send(sub.member, msg);
+      route(self, topic, sender, msg, false);
     },
     [=](done_atom, std::uint32_t, const caf::actor& member) {
       auto& st = self->state;
@@ -116,13 +400,92 @@ bus_actor::behavior_type bus(bus_actor::stateful_pointer<bus_state> self,
       check_all_done(self);
     },
     [=](const finish& x) {
+      on_finish(self, x);
+    },
+    [=](hello_atom, peer_hello& h) -> caf::result<peer_hello> {
       auto& st = self->state;
-      if (st.finished)
+      if (h.version != bus_protocol_version) {
+        auto what = "node " + std::to_string(h.node) + " speaks protocol v"
+          + std::to_string(h.version) + ", this node v"
+          + std::to_string(bus_protocol_version);
+        log::error(st.cfg.node, "refused peer: " + what);
+        return make_error(errc::handshake_failed, what);
+      }
+      if (h.node == st.cfg.node || find_peer(self, h.node)) {
+        auto what = "node id " + std::to_string(h.node) + " is "
+          + (h.node == st.cfg.node ? "this node's own id"
+                                   : "already connected");
+        log::error(st.cfg.node, "refused peer: " + what);
+        return make_error(errc::handshake_failed, what);
+      }
+      auto peer = caf::actor_cast<bus_actor>(self->current_sender());
+      if (!peer)
+        return make_error(errc::handshake_failed, "anonymous hello");
+      // Everything for the new peer travels in the answer, so it has the
+      // backlog before anything else; later events reach it as messages.
+      auto reply = make_hello(self);
+      for (auto& [topic, x] : take_backlog(self, h.topics))
+        reply.backlog.push_back(caf::make_message(topic, x.first, x.second));
+      add_peer(self, bus_peer{h.node, h.roles, peer, h.topics, h.drained, {}},
+               h);
+      return reply;
+    },
+    [=](subscribe_atom, const std::string& topic, std::uint32_t node) {
+      auto& st = self->state;
+      auto p = find_peer(self, node);
+      if (!p || contains(p->topics, topic))
         return;
-      st.finished = x;
-      for (auto& m : st.members)
-        if (m.node != x.sender)
-          caf::anon_send(m.member, x);
+      p->topics.push_back(topic);
+      if (auto i = st.held.find(topic); i != st.held.end()) {
+        for (auto& [sender, msg] : i->second)
+          self->send(p->handle, forward_atom::value, topic, sender, msg);
+        st.held.erase(i);
+      }
+    },
+    [=](forward_atom, const std::string& topic, std::uint32_t sender,
+        const caf::message& msg) {
+      route(self, topic, sender, msg, true);
+    },
+    [=](done_atom, std::uint32_t node) {
+      if (auto p = find_peer(self, node)) {
+        p->drained = true;
+        check_all_done(self);
+      }
+    },
+    [=](attach_atom, const std::string& host, std::uint16_t port) {
+      auto& st = self->state;
+      st.endpoints.push_back(
+        bus_endpoint{host, port, caf::timespan{0}, false, 0});
+      attach(self, st.endpoints.size() - 1);
+    },
+    [=](peers_atom, std::uint32_t n) -> caf::result<std::uint32_t> {
+      auto& st = self->state;
+      if (st.peers.size() >= n)
+        return static_cast<std::uint32_t>(st.peers.size());
+      auto rp = self->make_response_promise<std::uint32_t>();
+      st.peer_waiters.emplace_back(n, rp);
+      return rp;
+    },
+    [=](tick_atom, std::uint32_t kind, std::uint64_t id) {
+      auto& st = self->state;
+      if (kind == loss_kind) {
+        if (id != st.loss_timer || st.finished || !st.peers.empty())
+          return;
+        auto secs = std::chrono::duration_cast<std::chrono::milliseconds>(
+                      st.cfg.peer_loss_timeout)
+                      .count()
+          / 1000.0;
+        auto why = "error: no peer connected for " + std::to_string(secs)
+          + " s";
+        log::error(st.cfg.node, why);
+        on_finish(self, finish{st.cfg.node, why, true});
+        return;
+      }
+      auto idx = static_cast<std::size_t>(kind - reconnect_kind);
+      if (idx >= st.endpoints.size() || st.endpoints[idx].timer != id
+          || st.endpoints[idx].busy || st.released)
+        return;
+      attach(self, idx);
     },
   };
 }

@@ -2,17 +2,18 @@
 // and models. Collectors act with the learner's latest MLP on random
 // observations; the learner trains the MLP on what they send.
 //
-//   hello_exchange --steps=20 --collectors=2
+//   hello_exchange --steps=20 --collectors=2        (one process, embedded)
+//   dice-launch --workers 4 -- hello_exchange       (one process per node)
+//   hello_exchange --dice.node-id=1 --dice.attach-to=host:port   (by hand)
 //
-// Each role actor prints one JSON line with its final counters.
-
-#include <cstdint>
-#include <random>
-#include <vector>
+// Node 0 is the learner, node 1 the evaluator (with more than 2 nodes), the
+// others collectors. Each role actor prints one JSON line with its final
+// counters.
 
 #include "dice/actors/context_exchanger.hpp"
 #include "dice/actors/local_cluster.hpp"
 #include "dice/actors/model_exchanger.hpp"
+#include "dice/actors/node.hpp"
 #include "dice/errc.hpp"
 #include "dice/log.hpp"
 #include "dice/torch/model.hpp"
@@ -24,6 +25,10 @@
 
 #include <boost/serialization/vector.hpp>
 #include <torch/torch.h>
+
+#include <cstdint>
+#include <random>
+#include <vector>
 
 namespace {
 
@@ -44,8 +49,7 @@ struct transition {
 struct mlp_impl : torch::nn::Module {
   mlp_impl()
     : fc1(register_module("fc1", torch::nn::Linear(4, 32))),
-      fc2(register_module("fc2", torch::nn::Linear(32, 2))) {
-  }
+      fc2(register_module("fc2", torch::nn::Linear(32, 2))) {}
   torch::Tensor forward(torch::Tensor x) {
     return fc2(torch::relu(fc1(x)));
   }
@@ -89,14 +93,15 @@ dice::middleware collect(mlp net, std::uint32_t node) {
 
 /// Learner: one Adam step on everything that arrived this iteration.
 dice::middleware train(mlp net, std::uint32_t node) {
-  auto opt = std::make_shared<torch::optim::Adam>(net->parameters(),
-                                                  torch::optim::AdamOptions(1e-2));
+  auto opt = std::make_shared<torch::optim::Adam>(
+    net->parameters(), torch::optim::AdamOptions(1e-2));
   dice::middleware m;
   m.name = "train";
   m.before = [net, opt, node](dice::context& ctx) mutable -> dice::step {
     auto items = dice::unpack<transition>(ctx.trajectories);
     if (!items) {
-      dice::log::error(node, "bad trajectories: " + dice::render(items.error()));
+      dice::log::error(node,
+                       "bad trajectories: " + dice::render(items.error()));
       return dice::proceed;
     }
     if (items->empty())
@@ -121,19 +126,60 @@ dice::middleware train(mlp net, std::uint32_t node) {
   return m;
 }
 
-struct config : caf::actor_system_config {
+struct config : dice::node_system_config {
   std::int64_t steps = 20;
   std::uint32_t collectors = 2;
   config() {
-    dice::add_message_types(*this);
     opt_group{custom_options_, "global"}
       .add(steps, "steps", "learner iterations")
       .add(collectors, "collectors", "number of collectors");
   }
 };
 
+/// One node of a cluster: the pipeline of its role.
+int run_node(caf::actor_system& sys, const config& cfg,
+             const dice::node_config& ncfg) {
+  auto node = dice::node::start(sys, ncfg);
+  if (!node) {
+    dice::log::error(ncfg.id, "cannot start: " + dice::render(node.error()));
+    return 1;
+  }
+  auto id = node->id();
+  auto roles = node->roles();
+  mlp net;
+  dice::pipeline p;
+  p.use(dice::context_exchanger())
+    .use(dice::model_exchanger(dice::model_port_of(net.ptr())));
+  if (roles.has(dice::role::learner))
+    p.use(train(net, id));
+  else if (roles.has(dice::role::collector))
+    p.use(collect(net, id));
+  else
+    p.use(dice::void_middleware("evaluate"));
+  dice::node_run_options opts;
+  opts.max_step = roles.has(dice::role::learner) ? cfg.steps : 0;
+  auto rep = node->run(std::move(p), opts);
+  node->stop();
+  if (!rep) {
+    dice::log::error(id, "run failed: " + dice::render(rep.error()));
+    return 1;
+  }
+  if (rep->stop_reason.rfind("error", 0) == 0) {
+    dice::log::error(id, "stopped: " + rep->stop_reason);
+    return 1;
+  }
+  return 0;
+}
+
 int caf_main(caf::actor_system& sys, const config& cfg) {
   torch::manual_seed(0);
+  auto ncfg = dice::make_node_config(cfg);
+  if (!ncfg) {
+    dice::log::error(0, "bad node settings: " + dice::render(ncfg.error()));
+    return 1;
+  }
+  if (ncfg->distributed)
+    return run_node(sys, cfg, *ncfg);
   std::vector<dice::local_node> nodes;
   // Every node runs the same two exchangers plus its own work.
   auto add = [&](std::uint32_t id, dice::role r, mlp net,

@@ -9,6 +9,7 @@
 #include "dice/messages/finish.hpp"
 #include "dice/messages/model_snapshot.hpp"
 #include "dice/messages/payload.hpp"
+#include "dice/messages/peer_hello.hpp"
 #include "dice/messages/storage_ref.hpp"
 #include "dice/node_report.hpp"
 #include "dice/role.hpp"
@@ -26,6 +27,7 @@ CAF_BEGIN_TYPE_ID_BLOCK(dice, caf::first_custom_type_id)
   CAF_ADD_TYPE_ID(dice, (dice::storage_ref))
   CAF_ADD_TYPE_ID(dice, (dice::finish))
   CAF_ADD_TYPE_ID(dice, (dice::node_report))
+  CAF_ADD_TYPE_ID(dice, (dice::peer_hello))
 
   /// Subscribes an actor to a topic on a bus.
   CAF_ADD_ATOM(dice, dice, subscribe_atom, "subscribe")
@@ -45,6 +47,16 @@ CAF_BEGIN_TYPE_ID_BLOCK(dice, caf::first_custom_type_id)
   CAF_ADD_ATOM(dice, dice, done_atom, "done")
   /// Asks for a node's report.
   CAF_ADD_ATOM(dice, dice, report_atom, "report")
+  /// Handshake between the buses of two nodes.
+  CAF_ADD_ATOM(dice, dice, hello_atom, "hello")
+  /// A message a peer node's bus forwards to this node.
+  CAF_ADD_ATOM(dice, dice, forward_atom, "forward")
+  /// Asks a bus to connect (and stay connected) to a peer node.
+  CAF_ADD_ATOM(dice, dice, attach_atom, "attach")
+  /// Asks a bus about its peers (waits for a minimum number).
+  CAF_ADD_ATOM(dice, dice, peers_atom, "peers")
+  /// Internal: a bus timer (reconnect, peer loss) fired.
+  CAF_ADD_ATOM(dice, dice, tick_atom, "tick")
 
 CAF_END_TYPE_ID_BLOCK(dice)
 

@@ -1,5 +1,19 @@
 #pragma once
 
+#include "dice/messages/finish.hpp"
+#include "dice/messages/peer_hello.hpp"
+#include "dice/role.hpp"
+#include "dice/type_ids.hpp"
+
+#include "caf/actor.hpp"
+#include "caf/message.hpp"
+#include "caf/response_promise.hpp"
+#include "caf/stateful_actor.hpp"
+#include "caf/timespan.hpp"
+#include "caf/typed_actor.hpp"
+#include "caf/typed_event_based_actor.hpp"
+
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -7,23 +21,15 @@
 #include <string>
 #include <vector>
 
-#include "dice/messages/finish.hpp"
-#include "dice/role.hpp"
-#include "dice/type_ids.hpp"
-
-#include "caf/actor.hpp"
-#include "caf/message.hpp"
-#include "caf/stateful_actor.hpp"
-#include "caf/typed_actor.hpp"
-#include "caf/typed_event_based_actor.hpp"
-
 namespace dice {
 
 /// A node's message router: role actors join it, subscribe to topics and
 /// publish on them; it delivers each message once to every subscriber of
 /// its topic on another node (DI-engine's `emit(only_remote=True)` +
 /// `on`), holds messages for topics nobody subscribed to yet, and spreads
-/// `finish`.
+/// `finish`. Buses of different nodes connect through CAF's middleman
+/// (`attach`): a handshake, then each peer bus gets one copy of every
+/// message on a topic one of its members subscribed to.
 using bus_actor = caf::typed_actor<
   // join(node, roles, member, topics) -> the finish, if the run is over.
   caf::replies_to<join_atom, std::uint32_t, role_set, caf::actor,
@@ -36,12 +42,46 @@ using bus_actor = caf::typed_actor<
   caf::reacts_to<finish>,
   // done(node, member): the member has finished its last iteration and will
   // publish nothing more; once every member is done, each gets (done).
-  caf::reacts_to<done_atom, std::uint32_t, caf::actor>>;
+  caf::reacts_to<done_atom, std::uint32_t, caf::actor>,
+  // -- between the buses of two nodes ---------------------------------------
+  // hello(peer) -> hello: the handshake; refused on a protocol mismatch.
+  caf::replies_to<hello_atom, peer_hello>::with<peer_hello>,
+  // subscribe(topic, peer node): a member of the peer subscribed later.
+  caf::reacts_to<subscribe_atom, std::string, std::uint32_t>,
+  // forward(topic, sender node, message): a peer's publish.
+  caf::reacts_to<forward_atom, std::string, std::uint32_t, caf::message>,
+  // done(peer node): every member of the peer is done.
+  caf::reacts_to<done_atom, std::uint32_t>,
+  // -- control ----------------------------------------------------------------
+  // attach(host, port): connect to a peer node and stay connected.
+  caf::reacts_to<attach_atom, std::string, std::uint16_t>,
+  // peers(n) -> connected peers, once at least n are connected.
+  caf::replies_to<peers_atom, std::uint32_t>::with<std::uint32_t>,
+  // internal timers: (tick, kind, id)
+  caf::reacts_to<tick_atom, std::uint32_t, std::uint64_t>>;
 
 /// Settings of a bus.
 struct bus_config {
   /// Messages held per topic while nobody subscribes (oldest dropped).
   std::size_t max_held_per_topic = 1024;
+  /// This node's id (used in the handshake and in logs).
+  std::uint32_t node = 0;
+  /// This node's roles (told to peers).
+  role_set roles;
+  /// True in a cluster: the node expects peers and stops when it has none
+  /// for `peer_loss_timeout`.
+  bool expect_peers = false;
+  /// A node without peers for this long stops with an error.
+  caf::timespan peer_loss_timeout = std::chrono::seconds{30};
+  /// Deadline of one connection attempt.
+  caf::timespan connect_timeout = std::chrono::seconds{2};
+  /// First delay before reconnecting; doubles up to `reconnect_max`.
+  caf::timespan reconnect_min = std::chrono::milliseconds{100};
+  /// Longest delay between reconnection attempts.
+  caf::timespan reconnect_max = std::chrono::seconds{2};
+  /// Topics whose last message a newly connected peer gets at once (the
+  /// latest model and train_iter), as if it had been subscribed all along.
+  std::vector<std::string> retained_topics;
 };
 
 /// One subscriber of a topic.
@@ -50,6 +90,36 @@ struct bus_subscriber {
   std::uint32_t node = 0;
   /// The subscriber.
   caf::actor member;
+};
+
+/// A connected peer node.
+struct bus_peer {
+  /// Its node id.
+  std::uint32_t node = 0;
+  /// Its roles.
+  role_set roles;
+  /// Its bus (a proxy of a remote actor).
+  bus_actor handle;
+  /// Topics its members subscribed to.
+  std::vector<std::string> topics;
+  /// Every member of the peer is done.
+  bool drained = false;
+  /// Index into `bus_state::endpoints` if this node attached to the peer.
+  std::optional<std::size_t> endpoint;
+};
+
+/// A peer address this node attaches to (and re-attaches to when lost).
+struct bus_endpoint {
+  /// Host name or address.
+  std::string host;
+  /// Port.
+  std::uint16_t port = 0;
+  /// Delay before the next attempt.
+  caf::timespan backoff{0};
+  /// A connection or handshake is in progress, or the peer is connected.
+  bool busy = false;
+  /// Identifies the pending retry timer.
+  std::uint64_t timer = 0;
 };
 
 /// State of a bus.
@@ -63,12 +133,30 @@ struct bus_state {
   /// Messages published while a topic had no subscriber.
   std::map<std::string, std::deque<std::pair<std::uint32_t, caf::message>>>
     held;
+  /// Last message per retained topic, with its sender.
+  std::map<std::string, std::pair<std::uint32_t, caf::message>> retained;
   /// Members that finished their last iteration.
   std::vector<caf::actor> done;
   /// Set once the run is over.
   std::optional<finish> finished;
   /// Messages dropped from the hold because it was full.
   std::uint64_t held_dropped = 0;
+  /// Connected peer nodes.
+  std::vector<bus_peer> peers;
+  /// Addresses this node attaches to.
+  std::vector<bus_endpoint> endpoints;
+  /// Requests waiting for a number of peers.
+  std::vector<
+    std::pair<std::uint32_t, caf::typed_response_promise<std::uint32_t>>>
+    peer_waiters;
+  /// Every local member is done and the peers were told.
+  bool drained = false;
+  /// The members got (done): the node may stop.
+  bool released = false;
+  /// Identifies the pending peer-loss timer (0: none).
+  std::uint64_t loss_timer = 0;
+  /// Source of timer ids.
+  std::uint64_t next_timer = 0;
   /// Name in CAF's logs.
   static inline const char* name = "dice.bus";
 };

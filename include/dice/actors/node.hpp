@@ -1,0 +1,211 @@
+#pragma once
+
+#include "dice/actors/bus.hpp"
+#include "dice/middleware.hpp"
+#include "dice/node_report.hpp"
+#include "dice/role.hpp"
+
+#include "caf/actor_system.hpp"
+#include "caf/actor_system_config.hpp"
+#include "caf/expected.hpp"
+#include "caf/timespan.hpp"
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace dice {
+
+/// Which peers a node attaches to (DI-engine's `--topology`).
+enum class topology : std::uint8_t {
+  /// Only the explicit attach-to list.
+  alone,
+  /// Everyone attaches to node 0.
+  star,
+  /// Each node attaches to every node before it.
+  mesh,
+};
+
+/// "alone", "star" or "mesh".
+const char* to_string(topology x) noexcept;
+
+/// Parses "alone", "star" or "mesh".
+caf::expected<topology> parse_topology(std::string_view str);
+
+/// A peer address.
+struct endpoint {
+  /// Host name or address.
+  std::string host;
+  /// TCP port.
+  std::uint16_t port = 0;
+};
+
+/// "host:port".
+std::string to_string(const endpoint& x);
+
+/// Parses "host:port" or "tcp://host:port".
+caf::expected<endpoint> parse_endpoint(std::string_view str);
+
+/// Parses a comma-separated list of endpoints (empty string: none).
+caf::expected<std::vector<endpoint>> parse_endpoints(std::string_view str);
+
+/// Roles by position, as DI-engine's examples assign them: 0 learner, 1
+/// evaluator when the cluster has more than 2 nodes, the rest collectors.
+role_set default_roles(std::uint32_t index, std::uint32_t workers);
+
+/// The nodes that the node at `index` attaches to in `topo`, given the
+/// addresses of all nodes in order (DI-engine: mesh `nodes[:i]`, star
+/// `nodes[:min(1, i)]`, alone none).
+std::vector<endpoint> topology_peers(topology topo, std::uint32_t index,
+                                     const std::vector<endpoint>& nodes);
+
+/// How many direct peers the node at `index` of `workers` nodes gets in
+/// `topo` plus `extra` explicit ones: the default start barrier.
+std::uint32_t expected_peers(topology topo, std::uint32_t index,
+                             std::uint32_t workers, std::size_t extra);
+
+/// Expands a SLURM host list such as "a,b[1-3,7],c" into host names.
+caf::expected<std::vector<std::string>>
+expand_slurm_hosts(std::string_view str);
+
+/// Expands SLURM_TASKS_PER_NODE such as "2(x3),1" into one count per host.
+caf::expected<std::vector<std::uint32_t>>
+expand_slurm_tasks(std::string_view str);
+
+/// Everything a node needs to know to join a cluster.
+struct node_config {
+  /// Node id (unique in the cluster).
+  std::uint32_t id = 0;
+  /// Position in the cluster (0..workers-1): picks default roles and peers.
+  std::uint32_t index = 0;
+  /// Nodes in the cluster.
+  std::uint32_t workers = 1;
+  /// Roles; empty picks `default_roles(index, workers)`.
+  role_set roles;
+  /// Address to listen on ("" = every interface).
+  std::string host;
+  /// Port to listen on; 0 picks a free one (reported on stdout).
+  std::uint16_t port = 0;
+  /// Listen for peers at all.
+  bool listen = true;
+  /// Peers to attach to, besides those the topology names.
+  std::vector<endpoint> attach_to;
+  /// Addresses of all nodes in order (when known: fixed ports, SLURM).
+  std::vector<endpoint> nodes;
+  /// Topology over `nodes`.
+  topology topo = topology::alone;
+  /// Start iterating once this many peers are connected (-1: by topology).
+  std::int32_t min_peers = -1;
+  /// Start anyway (with a warning) after waiting this long for peers.
+  caf::timespan start_timeout = std::chrono::seconds{30};
+  /// A node without peers for this long stops with an error.
+  caf::timespan peer_loss_timeout = std::chrono::seconds{30};
+  /// Deadline of one connection attempt.
+  caf::timespan connect_timeout = std::chrono::seconds{2};
+  /// Part of a cluster (false: the embedded single-process mode).
+  bool distributed = false;
+};
+
+/// An actor system config with the node settings as options (group
+/// "dice", e.g. `--dice.node-id=1 --dice.attach-to=host:port`), the
+/// middleman loaded and heartbeats on (CAF leaves them off, so a hung peer
+/// would go unnoticed). Programs derive their config from it.
+class node_system_config : public caf::actor_system_config {
+ public:
+  node_system_config();
+
+  /// dice.node-id (-1: not set).
+  std::int64_t node_id = -1;
+  /// dice.workers (0: not set).
+  std::size_t workers = 0;
+  /// dice.roles ("": by node id).
+  std::string roles;
+  /// dice.host.
+  std::string host;
+  /// dice.port.
+  std::uint16_t port = 0;
+  /// dice.attach-to.
+  std::string attach_to;
+  /// dice.nodes.
+  std::string nodes;
+  /// dice.topology.
+  std::string topology = "alone";
+  /// dice.min-peers.
+  std::int64_t min_peers = -1;
+  /// dice.start-timeout.
+  caf::timespan start_timeout = std::chrono::seconds{30};
+  /// dice.peer-loss-timeout.
+  caf::timespan peer_loss_timeout = std::chrono::seconds{30};
+  /// dice.connect-timeout.
+  caf::timespan connect_timeout = std::chrono::seconds{2};
+};
+
+/// Builds the node settings from the options and, when dice.node-id is not
+/// given, from SLURM's environment (SLURM_PROCID, SLURM_NTASKS,
+/// SLURM_NODELIST, SLURM_TASKS_PER_NODE; ports from dice.port, default
+/// 50515, plus the task's local index).
+caf::expected<node_config> make_node_config(const node_system_config& cfg);
+
+/// Options of `node::run`.
+struct node_run_options {
+  /// Iterations; 0 runs until the cluster finishes.
+  std::int64_t max_step = 0;
+  /// Print the final report as one JSON line on stdout.
+  bool print_report = true;
+  /// Give up after this long.
+  caf::timespan deadline = std::chrono::minutes{30};
+};
+
+/// One node of a cluster: its bus, published through the middleman and
+/// attached to its peers; runs one role actor.
+class node {
+ public:
+  /// Spawns and publishes the bus (reports the port on stdout as
+  /// "dice-node ID listening on port P") and connects to the peers.
+  static caf::expected<node> start(caf::actor_system& sys, node_config cfg);
+
+  /// Node id.
+  std::uint32_t id() const noexcept {
+    return cfg_.id;
+  }
+
+  /// Roles of this node.
+  role_set roles() const noexcept {
+    return cfg_.roles;
+  }
+
+  /// The port the bus listens on (0: not listening).
+  std::uint16_t port() const noexcept {
+    return port_;
+  }
+
+  /// The node's bus.
+  const bus_actor& bus() const noexcept {
+    return bus_;
+  }
+
+  /// The settings.
+  const node_config& config() const noexcept {
+    return cfg_;
+  }
+
+  /// Runs `pipe` as this node's role actor until the cluster finishes;
+  /// returns its report.
+  caf::expected<node_report> run(pipeline pipe, node_run_options opts = {});
+
+  /// Stops the bus.
+  void stop();
+
+ private:
+  node(caf::actor_system& sys, node_config cfg)
+    : sys_(&sys), cfg_(std::move(cfg)) {}
+
+  caf::actor_system* sys_;
+  node_config cfg_;
+  bus_actor bus_;
+  std::uint16_t port_ = 0;
+};
+
+} // namespace dice
