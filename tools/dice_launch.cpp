@@ -13,6 +13,13 @@
 // SIGINT/SIGTERM are forwarded; the exit code is 0 only if every node
 // exited 0.
 
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/prctl.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
@@ -24,13 +31,6 @@
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <fcntl.h>
-#include <poll.h>
-#include <sys/prctl.h>
-#include <sys/types.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 namespace {
 
@@ -330,8 +330,8 @@ int main(int argc, char** argv) {
   std::vector<child> children(opts.workers);
   int forwarded = 0;
   auto deadline = t0
-                  + std::chrono::milliseconds{
-                    static_cast<long long>(opts.startup_timeout * 1000)};
+    + std::chrono::milliseconds{
+      static_cast<long long>(opts.startup_timeout * 1000)};
   bool failed = false;
   for (std::uint32_t i = 0; i < opts.workers && !failed; ++i) {
     auto& c = children[i];

@@ -129,10 +129,13 @@ dice::middleware train(mlp net, std::uint32_t node) {
 struct config : dice::node_system_config {
   std::int64_t steps = 20;
   std::uint32_t collectors = 2;
+  std::int64_t collector_steps = 0;
   config() {
     opt_group{custom_options_, "global"}
       .add(steps, "steps", "learner iterations")
-      .add(collectors, "collectors", "number of collectors");
+      .add(collectors, "collectors", "number of collectors")
+      .add(collector_steps, "collector-steps",
+           "collector iterations (0: until the learner finishes)");
   }
 };
 
@@ -157,7 +160,9 @@ int run_node(caf::actor_system& sys, const config& cfg,
   else
     p.use(dice::void_middleware("evaluate"));
   dice::node_run_options opts;
-  opts.max_step = roles.has(dice::role::learner) ? cfg.steps : 0;
+  opts.max_step = roles.has(dice::role::learner) ? cfg.steps
+    : roles.has(dice::role::collector)           ? cfg.collector_steps
+                                                 : 0;
   auto rep = node->run(std::move(p), opts);
   node->stop();
   if (!rep) {

@@ -1,0 +1,313 @@
+// Real processes on loopback: dice-launch and hello_exchange nodes with
+// ephemeral ports. Every wait has a deadline; nothing sleeps to pass.
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <csignal>
+#include <cstring>
+#include <map>
+#include <optional>
+#include <regex>
+#include <string>
+#include <vector>
+
+namespace {
+
+using namespace std::chrono_literals;
+using clock_type = std::chrono::steady_clock;
+
+const std::string bin_dir = std::string{DICE_BINARY_DIR} + "/bin/";
+
+/// A child process whose stdout and stderr (merged) the test reads.
+class process {
+ public:
+  explicit process(std::vector<std::string> argv) {
+    int fds[2];
+    if (::pipe(fds) != 0)
+      return;
+    auto parent = ::getpid();
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (::getppid() != parent)
+        ::_exit(127);
+      ::dup2(fds[1], STDOUT_FILENO);
+      ::dup2(fds[1], STDERR_FILENO);
+      ::close(fds[0]);
+      ::close(fds[1]);
+      std::vector<char*> args;
+      for (auto& a : argv)
+        args.push_back(const_cast<char*>(a.c_str()));
+      args.push_back(nullptr);
+      ::execv(args[0], args.data());
+      ::_exit(127);
+    }
+    ::close(fds[1]);
+    fd_ = fds[0];
+  }
+
+  ~process() {
+    if (pid_ > 0 && !code_) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+    if (fd_ >= 0)
+      ::close(fd_);
+  }
+
+  /// Reads output until `pattern` matches a line; false at the deadline.
+  bool wait_for(const std::regex& pattern, std::chrono::milliseconds timeout,
+                std::smatch* match = nullptr) {
+    auto deadline = clock_type::now() + timeout;
+    for (;;) {
+      // Look at complete lines not yet scanned.
+      while (scanned_ < lines_.size()) {
+        std::smatch m;
+        auto& line = lines_[scanned_++];
+        if (std::regex_search(line, m, pattern)) {
+          if (match)
+            *match = m;
+          return true;
+        }
+      }
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - clock_type::now());
+      if (left.count() <= 0 || !read_some(left))
+        return false;
+    }
+  }
+
+  /// Waits for the exit code; nullopt at the deadline.
+  std::optional<int> wait_exit(std::chrono::milliseconds timeout) {
+    auto deadline = clock_type::now() + timeout;
+    while (!code_) {
+      int status = 0;
+      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+        code_ = WIFEXITED(status) ? WEXITSTATUS(status)
+                                  : 128 + WTERMSIG(status);
+        break;
+      }
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - clock_type::now());
+      if (left.count() <= 0)
+        return std::nullopt;
+      // Reading also keeps the pipe from filling up; an EOF means the
+      // child is about to be reaped, so poll it with a short wait.
+      if (!read_some(std::min(left, std::chrono::milliseconds{50})))
+        ::poll(nullptr, 0, 5);
+    }
+    while (read_some(0ms))
+      ; // collect the rest
+    return code_;
+  }
+
+  /// Kills the process with `sig`.
+  void kill(int sig) {
+    ::kill(pid_, sig);
+  }
+
+  /// Every line read so far.
+  const std::vector<std::string>& lines() const {
+    return lines_;
+  }
+
+  /// All output, for failure messages.
+  std::string text() const {
+    std::string result;
+    for (auto& l : lines_)
+      result += l + "\n";
+    return result;
+  }
+
+ private:
+  bool read_some(std::chrono::milliseconds timeout) {
+    if (fd_ < 0)
+      return false;
+    pollfd p{fd_, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(timeout.count())) <= 0)
+      return false;
+    char buf[8192];
+    auto n = ::read(fd_, buf, sizeof(buf));
+    if (n <= 0) {
+      ::close(fd_);
+      fd_ = -1;
+      return false;
+    }
+    partial_.append(buf, static_cast<std::size_t>(n));
+    std::size_t pos;
+    while ((pos = partial_.find('\n')) != std::string::npos) {
+      lines_.push_back(partial_.substr(0, pos));
+      partial_.erase(0, pos + 1);
+    }
+    return true;
+  }
+
+  pid_t pid_ = -1;
+  int fd_ = -1;
+  std::string partial_;
+  std::vector<std::string> lines_;
+  std::size_t scanned_ = 0;
+  std::optional<int> code_;
+};
+
+/// A node's JSON report, as far as the tests need it.
+struct report {
+  int node = -1;
+  std::string role;
+  long env_step = 0;
+  long train_iter = 0;
+  long model_version = -1;
+  long models_loaded = 0;
+  std::string stop_reason;
+};
+
+long field(const std::string& line, const std::string& name) {
+  std::smatch m;
+  std::regex re{"\"" + name + "\":(-?[0-9]+)"};
+  return std::regex_search(line, m, re) ? std::stol(m[1]) : -1;
+}
+
+std::string text_field(const std::string& line, const std::string& name) {
+  std::smatch m;
+  std::regex re{"\"" + name + "\":\"([^\"]*)\""};
+  return std::regex_search(line, m, re) ? m[1].str() : "";
+}
+
+std::vector<report> reports(const std::vector<std::string>& lines) {
+  std::vector<report> result;
+  for (auto& l : lines) {
+    if (l.find("\"stop_reason\"") == std::string::npos)
+      continue;
+    report r;
+    r.node = static_cast<int>(field(l, "node"));
+    r.role = text_field(l, "role");
+    r.env_step = field(l, "env_step");
+    r.train_iter = field(l, "train_iter");
+    r.model_version = field(l, "model_version");
+    r.models_loaded = field(l, "models_loaded");
+    r.stop_reason = text_field(l, "stop_reason");
+    result.push_back(r);
+  }
+  return result;
+}
+
+std::vector<std::string> node_args(int id, int workers,
+                                   const std::string& attach,
+                                   std::vector<std::string> extra) {
+  std::vector<std::string> args{bin_dir + "hello_exchange",
+                                "--dice.node-id=" + std::to_string(id),
+                                "--dice.workers=" + std::to_string(workers),
+                                "--dice.topology=star",
+                                "--dice.peer-loss-timeout=10s"};
+  if (!attach.empty())
+    args.push_back("--dice.attach-to=" + attach);
+  args.insert(args.end(), extra.begin(), extra.end());
+  return args;
+}
+
+const std::regex port_line{"dice-node 0 listening on port ([0-9]+)"};
+
+TEST(process, launch_three_workers_sums_env_step) {
+  auto t0 = clock_type::now();
+  process launch{{bin_dir + "dice-launch", "--workers", "3", "--",
+                  bin_dir + "hello_exchange", "--steps=20"}};
+  auto rc = launch.wait_exit(30s);
+  ASSERT_TRUE(rc) << "dice-launch did not end within 30 s\n" << launch.text();
+  EXPECT_EQ(*rc, 0) << launch.text();
+  auto reps = reports(launch.lines());
+  ASSERT_EQ(reps.size(), 3u) << launch.text();
+  long learner = -1;
+  long collectors = 0;
+  int n_collectors = 0;
+  for (auto& r : reps) {
+    if (r.role == "learner")
+      learner = r.env_step;
+    if (r.role == "collector") {
+      collectors += r.env_step;
+      ++n_collectors;
+    }
+  }
+  EXPECT_EQ(n_collectors, 1) << launch.text();
+  EXPECT_GT(learner, 0) << launch.text();
+  EXPECT_EQ(learner, collectors) << launch.text();
+  auto secs = std::chrono::duration<double>(clock_type::now() - t0).count();
+  std::cout << "3-node run took " << secs << " s" << std::endl;
+}
+
+TEST(process, finish_from_a_collector_ends_every_node) {
+  // The learner would run (almost) forever; a collector's max_step ends it.
+  process launch{{bin_dir + "dice-launch", "--workers", "4", "--topology",
+                  "star", "--", bin_dir + "hello_exchange", "--steps=100000000",
+                  "--collector-steps=30"}};
+  std::smatch m;
+  ASSERT_TRUE(launch.wait_for(std::regex{"\"stop_reason\":\"max_step\""}, 30s))
+    << launch.text();
+  auto finished_at = clock_type::now();
+  auto rc = launch.wait_exit(10s);
+  ASSERT_TRUE(rc) << "not every node stopped within 10 s of the finish\n"
+                  << launch.text();
+  auto secs = std::chrono::duration<double>(clock_type::now() - finished_at)
+                .count();
+  std::cout << "all nodes stopped " << secs << " s after the finish"
+            << std::endl;
+  EXPECT_EQ(*rc, 0) << launch.text();
+  EXPECT_EQ(reports(launch.lines()).size(), 4u) << launch.text();
+}
+
+TEST(process, killed_collector_is_detected_and_rejoins) {
+  process learner{node_args(0, 4, "", {"--steps=100000000"})};
+  std::smatch m;
+  ASSERT_TRUE(learner.wait_for(port_line, 20s, &m)) << learner.text();
+  auto attach = "127.0.0.1:" + m[1].str();
+  process evaluator{node_args(1, 4, attach, {})};
+  process c2{node_args(2, 4, attach, {})};
+  std::optional<process> c3;
+  c3.emplace(node_args(3, 4, attach, {}));
+  ASSERT_TRUE(learner.wait_for(std::regex{"3 peer\\(s\\) connected"}, 20s))
+    << learner.text();
+  // Mid-run: the collector has received at least one model.
+  ASSERT_TRUE(c3->wait_for(std::regex{"connected to peer node 0"}, 10s));
+  c3->kill(SIGKILL);
+  auto killed_at = clock_type::now();
+  ASSERT_TRUE(
+    learner.wait_for(std::regex{"lost peer node 3 \\(collector\\)"}, 10s))
+    << learner.text();
+  auto detect = std::chrono::duration<double>(clock_type::now() - killed_at);
+  std::cout << "killed peer detected after " << detect.count() << " s"
+            << std::endl;
+  EXPECT_LT(detect.count(), 5.0);
+  c3->wait_exit(1s);
+  // The restarted collector rejoins, runs 20 iterations on the current
+  // model, and its finish ends the whole run.
+  c3.emplace(node_args(3, 4, attach, {"--collector-steps=20"}));
+  auto rc3 = c3->wait_exit(30s);
+  ASSERT_TRUE(rc3) << c3->text();
+  auto finished_at = clock_type::now();
+  EXPECT_EQ(*rc3, 0) << c3->text();
+  for (auto* p : {&learner, &evaluator, &c2}) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+      finished_at + 10s - clock_type::now());
+    auto rc = p->wait_exit(std::max(left, 1ms));
+    ASSERT_TRUE(rc) << "a node did not stop within 10 s\n" << p->text();
+    EXPECT_EQ(*rc, 0) << p->text();
+  }
+  auto rep3 = reports(c3->lines());
+  ASSERT_EQ(rep3.size(), 1u) << c3->text();
+  // It got the learner's latest model and train_iter (retained by the
+  // learner's bus and sent in the handshake).
+  EXPECT_GT(rep3[0].models_loaded, 0) << c3->text();
+  EXPECT_GT(rep3[0].model_version, 0) << c3->text();
+  EXPECT_GT(rep3[0].train_iter, 0) << c3->text();
+  auto rep0 = reports(learner.lines());
+  ASSERT_EQ(rep0.size(), 1u) << learner.text();
+  EXPECT_GT(rep0[0].env_step, 0);
+}
+
+} // namespace
