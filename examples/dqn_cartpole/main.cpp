@@ -1,0 +1,141 @@
+// dqn_cartpole: distributed DQN on CartPole-v1 with dice. A learner (node
+// 0), an evaluator (node 1) and N collectors (nodes 2..) run as role actors
+// in one process and exchange context and models like DI-engine's
+// distributer middleware.
+//
+//   dqn_cartpole                         # train until eval mean >= 475
+//   dqn_cartpole --collectors=4 --seed=3 --out=runs/s3
+//   dqn_cartpole --resume                # continue from OUT/latest.pt
+//   dqn_cartpole --eval-only=runs/dqn_cartpole/best.pt
+//
+// Writes OUT/metrics.jsonl, OUT/eval_return.png (needs gnuplot),
+// OUT/summary.json, OUT/latest.pt and OUT/best.pt.
+
+#include "dice/errc.hpp"
+#include "dice/log.hpp"
+#include "dice/type_ids.hpp"
+
+#include "caf/actor_system.hpp"
+#include "caf/actor_system_config.hpp"
+#include "caf/exec_main.hpp"
+
+#include "options.hpp"
+
+#include <cstdio>
+#include <iostream>
+#include <string>
+
+namespace {
+
+/// Command-line options (CAF's config: --name=value or a caf-application.ini).
+struct config : caf::actor_system_config {
+  dqn::run_options run;
+  std::string eval_only;
+  std::string eps_decay = "linear";
+  std::int64_t threads = 1;
+  std::int64_t nstep = 3;
+  std::int64_t buffer_size = 50000;
+  std::int64_t learning_starts = 1000;
+  std::int64_t seed = 0;
+  std::int64_t collectors = 3;
+  std::int64_t envs = 8;
+  // CAF 0.17 flags can only be switched on, so the defaults are "off".
+  bool quiet = false;
+  bool no_plot = false;
+  bool no_double = false;
+
+  config() {
+    dice::add_message_types(*this);
+    auto& a = run.algo;
+    opt_group{custom_options_, "global"}
+      .add(collectors, "collectors", "number of collector nodes (3)")
+      .add(envs, "envs-per-collector", "CartPoles per collector (8)")
+      .add(run.steps_per_collect, "steps-per-collect",
+           "steps of each env per collector iteration (16)")
+      .add(seed, "seed", "random seed (0)")
+      .add(run.max_env_steps, "max-env-steps",
+           "stop after this many env steps (500000)")
+      .add(run.max_seconds, "max-seconds", "stop after this long (0: never)")
+      .add(run.stop_value, "stop-value", "stop at this eval mean (475)")
+      .add(run.periodical, "periodical",
+           "collectors use the periodical model exchanger")
+      .add(run.model_period, "model-period",
+           "period of the periodical exchanger (1)")
+      .add(run.stale_toleration, "stale-toleration",
+           "iterations a model may serve with --periodical (4)")
+      .add(run.out, "out", "output folder (runs/dqn_cartpole)")
+      .add(run.resume, "resume", "continue from OUT/latest.pt")
+      .add(eval_only, "eval-only", "run greedy episodes with this checkpoint")
+      .add(threads, "threads", "LibTorch intra-op threads (1)")
+      .add(run.eval_every, "eval-every",
+           "evaluate every this many gradient steps (100)")
+      .add(run.eval_episodes, "eval-episodes", "episodes per evaluation (10)")
+      .add(quiet, "quiet", "no live progress line on stderr")
+      .add(no_plot, "no-plot", "do not write OUT/eval_return.png")
+      .add(a.hidden, "hidden", "width of the hidden layers (64)")
+      .add(nstep, "nstep", "n-step TD targets (3)")
+      .add(a.lr, "lr", "Adam learning rate (1e-3)")
+      .add(a.batch_size, "batch-size", "samples per gradient step (64)")
+      .add(buffer_size, "buffer-size", "replay capacity (50000)")
+      .add(learning_starts, "learning-starts",
+           "transitions before training (1000)")
+      .add(a.updates_per_step, "updates-per-step",
+           "gradient steps per new transition (0.5)")
+      .add(a.target_update_every, "target-update-every",
+           "hard target update period, 0: Polyak (250)")
+      .add(a.tau, "tau", "Polyak factor with --target-update-every=0")
+      .add(no_double, "no-double-dqn", "plain (not double) DQN targets")
+      .add(a.eps_decay_steps, "eps-decay-steps",
+           "env steps of the epsilon decay (10000)")
+      .add(a.eps_end, "eps-end", "final epsilon (0.05)")
+      .add(eps_decay, "eps-decay", "linear or exponential");
+  }
+};
+
+int caf_main(caf::actor_system& sys, const config& cfg) {
+  auto opts = cfg.run;
+  opts.collectors = static_cast<std::uint32_t>(
+    std::max<std::int64_t>(cfg.collectors, 1));
+  opts.envs_per_collector = static_cast<std::uint32_t>(
+    std::max<std::int64_t>(cfg.envs, 1));
+  opts.seed = static_cast<std::uint64_t>(cfg.seed);
+  opts.progress = !cfg.quiet;
+  opts.plot = !cfg.no_plot;
+  opts.algo.double_dqn = !cfg.no_double;
+  opts.algo.nstep = static_cast<int>(cfg.nstep);
+  opts.algo.buffer_size = static_cast<std::size_t>(cfg.buffer_size);
+  opts.algo.learning_starts = static_cast<std::size_t>(cfg.learning_starts);
+  if (cfg.eps_decay == "exponential")
+    opts.algo.eps_decay = dqn::decay_kind::exponential;
+  else if (cfg.eps_decay != "linear") {
+    std::cerr << "--eps-decay must be linear or exponential\n";
+    return 2;
+  }
+  dqn::set_threads(static_cast<int>(cfg.threads));
+  if (!cfg.eval_only.empty()) {
+    auto returns = dqn::run_eval_only(cfg.eval_only, opts, opts.eval_episodes);
+    if (!returns) {
+      std::cerr << dice::render(returns.error()) << '\n';
+      return 1;
+    }
+    double sum = 0;
+    for (std::size_t i = 0; i < returns->size(); ++i) {
+      std::cout << "episode " << i << ": return " << (*returns)[i] << '\n';
+      sum += (*returns)[i];
+    }
+    std::cout << "mean return over " << returns->size()
+              << " episodes: " << sum / returns->size() << '\n';
+    return 0;
+  }
+  auto sum = dqn::run_training(sys, opts);
+  if (!sum) {
+    dice::log::error(0, "run failed: " + dice::render(sum.error()));
+    return 1;
+  }
+  std::cout << dqn::to_string(*sum) << "outputs in " << opts.out << '\n';
+  return sum->stop_reason.rfind("error", 0) == 0 ? 1 : 0;
+}
+
+} // namespace
+
+CAF_MAIN()

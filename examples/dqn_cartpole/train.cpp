@@ -1,0 +1,757 @@
+// The distributed DQN run: wires learner, evaluator and collectors as dice
+// role actors, and reports progress, metrics, checkpoints and the plot.
+
+#include "dice/actors/context_exchanger.hpp"
+#include "dice/actors/local_cluster.hpp"
+#include "dice/actors/model_exchanger.hpp"
+#include "dice/actors/periodical_model_exchanger.hpp"
+#include "dice/errc.hpp"
+#include "dice/log.hpp"
+#include "dice/middleware.hpp"
+#include "dice/torch/model.hpp"
+
+#include "caf/actor_system.hpp"
+
+#include "cartpole.hpp"
+#include "dqn.hpp"
+#include "options.hpp"
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <memory>
+#include <mutex>
+#include <sstream>
+
+namespace dqn {
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+constexpr std::uint32_t learner_node = 0;
+constexpr std::uint32_t evaluator_node = 1;
+constexpr std::uint32_t first_collector_node = 2;
+
+/// A flat JSON object built field by field.
+class json_line {
+ public:
+  json_line& add(const std::string& key, double x) {
+    std::ostringstream os;
+    if (std::isfinite(x))
+      os << std::setprecision(10) << x;
+    else
+      os << "null";
+    return raw(key, os.str());
+  }
+  json_line& add(const std::string& key, std::int64_t x) {
+    return raw(key, std::to_string(x));
+  }
+  json_line& add(const std::string& key, const std::string& x) {
+    return raw(key, "\"" + x + "\"");
+  }
+  std::string str() const {
+    return "{" + body_ + "}";
+  }
+
+ private:
+  json_line& raw(const std::string& key, const std::string& value) {
+    if (!body_.empty())
+      body_ += ", ";
+    body_ += "\"" + key + "\": " + value;
+    return *this;
+  }
+  std::string body_;
+};
+
+/// What every node of one in-process run shares: the clock, the metrics
+/// file, the evaluation history and the progress line.
+struct shared_run {
+  run_options opts;
+  clock_type::time_point start = clock_type::now();
+  std::mutex mtx;
+  std::ofstream metrics;
+  std::vector<eval_point> evals;
+  double best = -std::numeric_limits<double>::infinity();
+  double solve_seconds = -1;
+  std::int64_t solve_env_steps = -1;
+  // Policy lag over every trajectory the learner received.
+  std::int64_t lag_min = std::numeric_limits<std::int64_t>::max();
+  std::int64_t lag_max = 0;
+  double lag_sum = 0;
+  std::int64_t lag_count = 0;
+  // Starting point of a resumed run.
+  std::int64_t resume_env_step = 0;
+  std::int64_t resume_train_iter = 0;
+  // Progress line on a terminal: log lines clear it first.
+  bool tty = false;
+  std::string progress_line;
+
+  double seconds() const {
+    return std::chrono::duration<double>(clock_type::now() - start).count();
+  }
+
+  void write_metrics(std::uint32_t node, const std::string& role,
+                     json_line line) {
+    auto text = json_line{}
+                  .add("time", seconds())
+                  .add("node", static_cast<std::int64_t>(node))
+                  .add("role", role)
+                  .str();
+    auto body = line.str();
+    // Merge the two objects: drop "}" of the first and "{" of the second.
+    text.pop_back();
+    if (body.size() > 2)
+      text += ", " + body.substr(1);
+    else
+      text += "}";
+    std::lock_guard<std::mutex> guard{mtx};
+    if (metrics)
+      metrics << text << '\n' << std::flush;
+  }
+
+  double last_eval() {
+    std::lock_guard<std::mutex> guard{mtx};
+    return evals.empty() ? std::numeric_limits<double>::quiet_NaN()
+                         : evals.back().mean;
+  }
+};
+
+std::string path_in(const run_options& opts, const std::string& name) {
+  return (std::filesystem::path{opts.out} / name).string();
+}
+
+std::string fixed(double x, int digits = 1) {
+  std::ostringstream os;
+  os << std::fixed << std::setprecision(digits) << x;
+  return os.str();
+}
+
+// -- collector ----------------------------------------------------------------
+
+/// Steps `envs_per_collector` CartPoles `steps_per_collect` times with one
+/// batched forward pass per step and emits one transition_batch per
+/// iteration, stamped with the model version that acted.
+dice::middleware collect_step(std::shared_ptr<shared_run> run, q_network net,
+                              std::uint32_t node) {
+  struct state {
+    std::shared_ptr<shared_run> run;
+    q_network net;
+    std::uint32_t node;
+    vec_cartpole envs;
+    nstep_accumulator acc;
+    std::mt19937_64 rng;
+    std::vector<double> recent_returns;
+    // The first iteration writes a metrics line, then one a second.
+    clock_type::time_point last_metrics;
+    state(std::shared_ptr<shared_run> r, q_network n, std::uint32_t id)
+      : run(std::move(r)), net(std::move(n)), node(id),
+        envs(run->opts.envs_per_collector, run->opts.seed * 7919 + id),
+        acc(run->opts.envs_per_collector, run->opts.algo.nstep,
+            run->opts.algo.gamma),
+        rng(run->opts.seed * 104729 + id) {
+      // nop
+    }
+  };
+  auto st = std::make_shared<state>(std::move(run), std::move(net), node);
+  dice::middleware m;
+  m.name = "collect";
+  m.before = [st](dice::context& ctx) -> dice::step {
+    auto& opts = st->run->opts;
+    // Exploration follows the global env step; a collector sees only its
+    // own, and the others step at about the same pace.
+    auto global = static_cast<double>(st->run->resume_env_step)
+      + static_cast<double>(ctx.env_step) * opts.collectors;
+    auto eps = epsilon_at(opts.algo, global);
+    transition_batch batch;
+    auto expected = static_cast<std::size_t>(opts.steps_per_collect)
+      * opts.envs_per_collector;
+    batch.obs.reserve(expected * 4);
+    batch.next_obs.reserve(expected * 4);
+    std::int64_t episodes = 0;
+    for (std::int64_t t = 0; t < opts.steps_per_collect; ++t) {
+      auto obs = st->envs.obs();
+      auto actions = epsilon_greedy_actions(st->net, obs, eps, st->rng);
+      st->envs.step(actions);
+      st->acc.add(obs.data(), actions.data(), st->envs.rewards().data(),
+                  st->envs.final_obs().data(), st->envs.terminated().data(),
+                  st->envs.truncated().data(), batch);
+      for (auto r : st->envs.finished_returns()) {
+        st->recent_returns.push_back(r);
+        ++episodes;
+      }
+    }
+    ctx.env_step += static_cast<std::int64_t>(expected);
+    ctx.env_episode += episodes;
+    std::vector<transition_batch> items;
+    items.push_back(std::move(batch));
+    ctx.trajectories = {dice::pack(items, st->node, ctx.model_version)};
+    auto now = clock_type::now();
+    if (now - st->last_metrics >= std::chrono::seconds{1}) {
+      st->last_metrics = now;
+      double mean = std::numeric_limits<double>::quiet_NaN();
+      if (!st->recent_returns.empty()) {
+        mean = 0;
+        for (auto r : st->recent_returns)
+          mean += r;
+        mean /= static_cast<double>(st->recent_returns.size());
+      }
+      st->recent_returns.clear();
+      st->run->write_metrics(st->node, "collector",
+                             json_line{}
+                               .add("env_step", ctx.env_step)
+                               .add("env_episode", ctx.env_episode)
+                               .add("train_return_mean", mean)
+                               .add("epsilon", eps)
+                               .add("model_version", ctx.model_version)
+                               .add("train_iter", ctx.train_iter));
+    }
+    return dice::proceed;
+  };
+  return m;
+}
+
+// -- learner ------------------------------------------------------------------
+
+/// Feeds ctx.trajectories into the replay buffer, records their policy lag,
+/// runs updates_per_step gradient steps per new transition, prints the
+/// progress line and writes latest.pt.
+dice::middleware train_step(std::shared_ptr<shared_run> run, q_network net) {
+  struct state {
+    std::shared_ptr<shared_run> run;
+    dqn_learner learner;
+    dice::node_services* svc = nullptr;
+    double owed_updates = 0;
+    float last_loss = std::numeric_limits<float>::quiet_NaN();
+    clock_type::time_point last_print = clock_type::now();
+    clock_type::time_point last_save = clock_type::now();
+    std::int64_t last_env_step = 0;
+    std::int64_t last_train_iter = 0;
+    std::int64_t window_lag_min = std::numeric_limits<std::int64_t>::max();
+    std::int64_t window_lag_max = 0;
+    double window_lag_sum = 0;
+    std::int64_t window_lag_count = 0;
+    state(std::shared_ptr<shared_run> r, q_network n)
+      : run(std::move(r)),
+        learner(std::move(n), run->opts.algo, run->opts.seed * 31 + 17) {
+      // nop
+    }
+
+    void save(const dice::context& ctx) {
+      try {
+        save_checkpoint(learner.online(), path_in(run->opts, "latest.pt"));
+        std::ofstream f{path_in(run->opts, "latest.json")};
+        f << json_line{}
+               .add("env_step", ctx.env_step)
+               .add("train_iter", ctx.train_iter)
+               .str()
+          << '\n';
+      } catch (const std::exception& e) {
+        dice::log::error(learner_node,
+                         std::string{"cannot write latest.pt: "} + e.what());
+      }
+    }
+
+    void report(const dice::context& ctx, bool final_line) {
+      auto now = clock_type::now();
+      double dt = std::chrono::duration<double>(now - last_print).count();
+      if (!final_line && dt < 1.0)
+        return;
+      last_print = now;
+      auto steps_per_s = static_cast<double>(ctx.env_step - last_env_step)
+        / std::max(dt, 1e-9);
+      auto iters_per_s = static_cast<double>(ctx.train_iter - last_train_iter)
+        / std::max(dt, 1e-9);
+      last_env_step = ctx.env_step;
+      last_train_iter = ctx.train_iter;
+      double lag_mean = window_lag_count > 0
+        ? window_lag_sum / window_lag_count
+        : std::numeric_limits<double>::quiet_NaN();
+      auto lag_lo = window_lag_count > 0 ? window_lag_min : 0;
+      run->write_metrics(
+        learner_node, "learner",
+        json_line{}
+          .add("train_iter", ctx.train_iter)
+          .add("env_step", ctx.env_step)
+          .add("env_steps_per_s", steps_per_s)
+          .add("train_iters_per_s", iters_per_s)
+          .add("loss", static_cast<double>(last_loss))
+          .add("buffer", static_cast<std::int64_t>(learner.buffer().size()))
+          .add("model_version", ctx.model_version)
+          .add("lag_min", lag_lo)
+          .add("lag_mean", lag_mean)
+          .add("lag_max", window_lag_max));
+      if (run->opts.progress) {
+        auto ev = run->last_eval();
+        std::ostringstream os;
+        os << "[dqn " << fixed(run->seconds(), 0) << "s] iter "
+           << ctx.train_iter << " | env " << ctx.env_step << " | "
+           << fixed(steps_per_s, 0) << " env/s | " << fixed(iters_per_s, 0)
+           << " it/s | eval " << (std::isnan(ev) ? "-" : fixed(ev)) << " | lag "
+           << lag_lo << "/" << fixed(lag_mean) << "/" << window_lag_max;
+        std::lock_guard<std::mutex> guard{run->mtx};
+        run->progress_line = os.str();
+        if (run->tty)
+          std::fprintf(stderr, "\r\033[K%s", run->progress_line.c_str());
+        else
+          std::fprintf(stderr, "%s\n", run->progress_line.c_str());
+        std::fflush(stderr);
+      }
+      window_lag_min = std::numeric_limits<std::int64_t>::max();
+      window_lag_max = 0;
+      window_lag_sum = 0;
+      window_lag_count = 0;
+    }
+  };
+  auto st = std::make_shared<state>(std::move(run), std::move(net));
+  dice::middleware m;
+  m.name = "train";
+  m.attach = [st](dice::node_services& svc) {
+    st->svc = &svc;
+  };
+  m.before = [st](dice::context& ctx) -> dice::step {
+    auto& run = *st->run;
+    if (ctx.total_step == 0) {
+      ctx.train_iter = run.resume_train_iter;
+      ctx.env_step += run.resume_env_step;
+    }
+    auto batches = dice::unpack<transition_batch>(ctx.trajectories);
+    if (!batches) {
+      dice::log::error(learner_node,
+                       "dropped bad trajectories: "
+                         + dice::render(batches.error()));
+      return dice::proceed;
+    }
+    // Lag: how many models this learner sent since the one that acted
+    // (a collector's initial, never-loaded model counts as version 0).
+    std::size_t fresh = 0;
+    {
+      std::lock_guard<std::mutex> guard{run.mtx};
+      for (auto& p : ctx.trajectories) {
+        auto lag = std::max<std::int64_t>(ctx.model_version, 0)
+          - std::max<std::int64_t>(p.model_version, 0);
+        run.lag_min = std::min(run.lag_min, lag);
+        run.lag_max = std::max(run.lag_max, lag);
+        run.lag_sum += static_cast<double>(lag);
+        ++run.lag_count;
+        st->window_lag_min = std::min(st->window_lag_min, lag);
+        st->window_lag_max = std::max(st->window_lag_max, lag);
+        st->window_lag_sum += static_cast<double>(lag);
+        ++st->window_lag_count;
+      }
+    }
+    for (auto& b : *batches) {
+      st->learner.add(b);
+      fresh += b.size();
+    }
+    if (st->learner.ready()) {
+      st->owed_updates += static_cast<double>(fresh)
+        * run.opts.algo.updates_per_step;
+      auto n = static_cast<std::int64_t>(st->owed_updates);
+      st->owed_updates -= static_cast<double>(n);
+      for (std::int64_t i = 0; i < n; ++i)
+        st->last_loss = st->learner.update();
+      ctx.train_iter += n;
+    }
+    st->report(ctx, false);
+    if (clock_type::now() - st->last_save >= std::chrono::seconds{10}) {
+      st->last_save = clock_type::now();
+      st->save(ctx);
+    }
+    if (run.opts.max_env_steps > 0 && ctx.env_step >= run.opts.max_env_steps
+        && !st->svc->finished())
+      st->svc->request_finish("max_env_steps");
+    if (run.opts.max_seconds > 0 && run.seconds() >= run.opts.max_seconds
+        && !st->svc->finished())
+      st->svc->request_finish("max_seconds");
+    return dice::proceed;
+  };
+  m.on_stop = [st](dice::context& ctx) {
+    st->save(ctx);
+    st->report(ctx, true);
+  };
+  return m;
+}
+
+// -- evaluator ----------------------------------------------------------------
+
+/// Runs greedy episodes every eval_every learner steps; keeps best.pt and
+/// ends the run at the stop value.
+dice::middleware eval_step(std::shared_ptr<shared_run> run, q_network net) {
+  struct state {
+    std::shared_ptr<shared_run> run;
+    q_network net;
+    dice::node_services* svc = nullptr;
+    std::uint64_t evals = 0;
+  };
+  auto st = std::make_shared<state>();
+  st->run = std::move(run);
+  st->net = std::move(net);
+  dice::middleware m;
+  m.name = "evaluate";
+  m.attach = [st](dice::node_services& svc) {
+    st->svc = &svc;
+  };
+  m.before = [st](dice::context& ctx) -> dice::step {
+    auto& run = *st->run;
+    if (ctx.total_step == 0)
+      ctx.env_step += run.resume_env_step;
+    if (ctx.last_eval_iter >= 0
+        && ctx.train_iter - ctx.last_eval_iter < run.opts.eval_every)
+      return dice::proceed;
+    auto returns = evaluate_greedy(st->net, run.opts.eval_episodes,
+                                   run.opts.seed * 7 + 1000003 * ++st->evals);
+    eval_point pt;
+    pt.env_step = ctx.env_step;
+    pt.train_iter = ctx.train_iter;
+    pt.seconds = run.seconds();
+    pt.min = std::numeric_limits<double>::infinity();
+    pt.max = -pt.min;
+    for (auto r : returns) {
+      pt.mean += r;
+      pt.min = std::min(pt.min, r);
+      pt.max = std::max(pt.max, r);
+    }
+    pt.mean /= static_cast<double>(returns.size());
+    ctx.last_eval_iter = ctx.train_iter;
+    ctx.last_eval_value = pt.mean;
+    ctx.eval_value = pt.mean;
+    bool best = false;
+    bool solved = pt.mean >= run.opts.stop_value;
+    {
+      std::lock_guard<std::mutex> guard{run.mtx};
+      run.evals.push_back(pt);
+      if (pt.mean > run.best) {
+        run.best = pt.mean;
+        best = true;
+      }
+      if (solved && run.solve_seconds < 0) {
+        run.solve_seconds = pt.seconds;
+        run.solve_env_steps = pt.env_step;
+      }
+    }
+    run.write_metrics(evaluator_node, "evaluator",
+                      json_line{}
+                        .add("train_iter", pt.train_iter)
+                        .add("env_step", pt.env_step)
+                        .add("model_version", ctx.model_version)
+                        .add("eval_return_mean", pt.mean)
+                        .add("eval_return_min", pt.min)
+                        .add("eval_return_max", pt.max));
+    dice::log::info(evaluator_node,
+                    "eval at train_iter " + std::to_string(pt.train_iter)
+                      + ", env_step " + std::to_string(pt.env_step)
+                      + ": return " + fixed(pt.mean) + " (min "
+                      + fixed(pt.min, 0) + ", max " + fixed(pt.max, 0) + ")"
+                      + (best ? " new best" : ""));
+    if (best) {
+      try {
+        save_checkpoint(st->net, path_in(run.opts, "best.pt"));
+      } catch (const std::exception& e) {
+        dice::log::error(evaluator_node,
+                         std::string{"cannot write best.pt: "} + e.what());
+      }
+    }
+    if (solved && !st->svc->finished()) {
+      dice::log::info(evaluator_node,
+                      "stop value " + fixed(run.opts.stop_value)
+                        + " reached after " + fixed(pt.seconds, 2) + " s");
+      st->svc->request_finish("stop_value");
+    }
+    return dice::proceed;
+  };
+  return m;
+}
+
+// -- plot ---------------------------------------------------------------------
+
+/// Writes OUT/eval_return.dat and, if gnuplot is installed, the PNG.
+void write_plot(const shared_run& run) {
+  auto dat = path_in(run.opts, "eval_return.dat");
+  {
+    std::ofstream f{dat};
+    f << "# env_step seconds train_iter mean min max\n";
+    for (auto& e : run.evals)
+      f << e.env_step << ' ' << e.seconds << ' ' << e.train_iter << ' '
+        << e.mean << ' ' << e.min << ' ' << e.max << '\n';
+  }
+  if (!run.opts.plot || run.evals.empty())
+    return;
+  if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) {
+    dice::log::warning(evaluator_node,
+                       "gnuplot not found: skipped eval_return.png (data in "
+                         + dat + ")");
+    return;
+  }
+  auto png = path_in(run.opts, "eval_return.png");
+  auto* gp = popen("gnuplot", "w");
+  if (gp == nullptr) {
+    dice::log::warning(evaluator_node, "cannot start gnuplot: no plot");
+    return;
+  }
+  std::ostringstream s;
+  s << "if (strstrt(GPVAL_TERMINALS, 'pngcairo') > 0) "
+       "{ set terminal pngcairo size 1200,450 } "
+       "else { set terminal png size 1200,450 }\n"
+    << "set output '" << png << "'\n"
+    << "set multiplot layout 1,2 title 'DQN CartPole-v1: greedy eval return "
+       "(mean, min-max)'\n"
+    << "set grid\nset key bottom right\nset yrange [0:520]\n"
+    << "set xlabel 'env steps'\nset ylabel 'return'\n"
+    << "plot '" << dat
+    << "' using 1:5:6 with filledcurves lc rgb '#cce0ff' "
+       "title 'min-max', '' using 1:4 with linespoints pt 7 ps 0.5 "
+       "title 'mean', "
+    << run.opts.stop_value << " dt 2 lc rgb 'red' title 'stop value'\n"
+    << "set xlabel 'wall time (s)'\n"
+    << "plot '" << dat
+    << "' using 2:5:6 with filledcurves lc rgb '#cce0ff' "
+       "title 'min-max', '' using 2:4 with linespoints pt 7 ps 0.5 "
+       "title 'mean', "
+    << run.opts.stop_value << " dt 2 lc rgb 'red' title 'stop value'\n"
+    << "unset multiplot\n";
+  auto script = s.str();
+  std::fwrite(script.data(), 1, script.size(), gp);
+  if (pclose(gp) != 0)
+    dice::log::warning(evaluator_node, "gnuplot failed: check " + png);
+  else
+    dice::log::info(evaluator_node, "wrote " + png);
+}
+
+q_network make_net(const run_options& opts, const std::string& resume_from) {
+  q_network net{opts.algo.hidden};
+  if (!resume_from.empty())
+    load_checkpoint(net, resume_from);
+  return net;
+}
+
+} // namespace
+
+caf::expected<run_summary> run_training(caf::actor_system& sys,
+                                        const run_options& opts) {
+  auto run = std::make_shared<shared_run>();
+  run->opts = opts;
+  std::error_code ec;
+  std::filesystem::create_directories(opts.out, ec);
+  if (ec)
+    return dice::make_error(dice::errc::invalid_config,
+                            "cannot create " + opts.out + ": " + ec.message());
+  std::string resume_from;
+  if (opts.resume) {
+    resume_from = path_in(opts, "latest.pt");
+    if (!std::filesystem::exists(resume_from))
+      return dice::make_error(dice::errc::invalid_config,
+                              "--resume: " + resume_from + " does not exist");
+    std::ifstream f{path_in(opts, "latest.json")};
+    std::string text{std::istreambuf_iterator<char>{f}, {}};
+    long long env_step = 0;
+    long long train_iter = 0;
+    if (std::sscanf(text.c_str(), "{\"env_step\": %lld, \"train_iter\": %lld}",
+                    &env_step, &train_iter)
+        == 2) {
+      run->resume_env_step = env_step;
+      run->resume_train_iter = train_iter;
+    }
+    dice::log::info(learner_node,
+                    "resuming from " + resume_from + " (env_step "
+                      + std::to_string(env_step) + ", train_iter "
+                      + std::to_string(train_iter) + ")");
+  }
+  run->metrics.open(path_in(opts, "metrics.jsonl"),
+                    opts.resume ? std::ios::app : std::ios::trunc);
+  if (!run->metrics)
+    return dice::make_error(dice::errc::invalid_config,
+                            "cannot write " + path_in(opts, "metrics.jsonl"));
+  run->tty = opts.progress && isatty(STDERR_FILENO) != 0;
+  // On a terminal the progress line is redrawn in place; log lines clear it
+  // first and redraw it after.
+  dice::log::sink prev_sink;
+  if (run->tty) {
+    auto shown = std::make_shared<dice::log::sink>();
+    prev_sink = dice::log::set_sink(nullptr);
+    *shown = prev_sink;
+    std::weak_ptr<shared_run> weak = run;
+    dice::log::set_sink([shown, weak](dice::log::level lvl, std::uint32_t node,
+                                      const std::string& msg) {
+      auto r = weak.lock();
+      if (r)
+        std::fprintf(stderr, "\r\033[K");
+      (*shown)(lvl, node, msg);
+      if (r) {
+        std::lock_guard<std::mutex> guard{r->mtx};
+        std::fprintf(stderr, "%s", r->progress_line.c_str());
+      }
+    });
+  }
+  std::vector<dice::local_node> nodes;
+  try {
+    torch::manual_seed(opts.seed);
+    // Every node holds its own copy of the network; the exchangers keep the
+    // copies in step with the learner's.
+    auto learner_net = make_net(opts, resume_from);
+    auto eval_net = make_net(opts, resume_from);
+    hard_update(*eval_net, *learner_net);
+    auto add = [&](std::uint32_t id, dice::role r, dice::middleware models,
+                   dice::middleware work) {
+      dice::pipeline p;
+      p.use(dice::context_exchanger())
+        .use(std::move(models))
+        .use(std::move(work));
+      nodes.push_back(dice::local_node{id, {r}, std::move(p)});
+    };
+    dice::periodical_model_exchanger_options send_opts;
+    send_opts.mode = dice::exchange_mode::send;
+    send_opts.period = opts.model_period;
+    auto learner_models = opts.periodical
+      ? dice::periodical_model_exchanger(dice::model_port_of(learner_net.ptr()),
+                                         send_opts)
+      : dice::model_exchanger(dice::model_port_of(learner_net.ptr()));
+    add(learner_node, dice::role::learner, std::move(learner_models),
+        train_step(run, learner_net));
+    add(evaluator_node, dice::role::evaluator,
+        dice::model_exchanger(dice::model_port_of(eval_net.ptr())),
+        eval_step(run, eval_net));
+    for (std::uint32_t i = 0; i < opts.collectors; ++i) {
+      auto id = first_collector_node + i;
+      auto net = make_net(opts, resume_from);
+      hard_update(*net, *learner_net);
+      auto port = dice::model_port_of(net.ptr());
+      dice::middleware models;
+      if (opts.periodical) {
+        dice::periodical_model_exchanger_options recv;
+        recv.mode = dice::exchange_mode::receive;
+        recv.period = opts.model_period;
+        recv.stale_toleration = opts.stale_toleration;
+        models = dice::periodical_model_exchanger(port, recv);
+      } else {
+        models = dice::model_exchanger(port);
+      }
+      add(id, dice::role::collector, std::move(models),
+          collect_step(run, net, id));
+    }
+  } catch (const std::exception& e) {
+    if (run->tty)
+      dice::log::set_sink(prev_sink);
+    return dice::make_error(dice::errc::invalid_config,
+                            std::string{"cannot build the nodes: "} + e.what());
+  }
+  dice::log::info(learner_node,
+                  "DQN on CartPole-v1: 1 learner, 1 evaluator, "
+                    + std::to_string(opts.collectors) + " collectors x "
+                    + std::to_string(opts.envs_per_collector) + " envs, "
+                    + (opts.periodical ? "periodical" : "per-iteration")
+                    + " model exchange, seed " + std::to_string(opts.seed)
+                    + ", out " + opts.out);
+  dice::local_run_options lro;
+  lro.print_reports = false;
+  if (opts.max_seconds > 0)
+    lro.deadline = std::chrono::duration_cast<caf::timespan>(
+      std::chrono::duration<double>(opts.max_seconds + 120));
+  run->start = clock_type::now();
+  auto reports = dice::run_local(sys, std::move(nodes), lro);
+  if (run->tty) {
+    std::fprintf(stderr, "\n");
+    dice::log::set_sink(prev_sink);
+  }
+  if (!reports)
+    return reports.error();
+  run_summary sum;
+  sum.seconds = run->seconds();
+  for (auto& rep : *reports) {
+    if (rep.node == learner_node) {
+      sum.env_steps = rep.env_step;
+      sum.train_iters = rep.train_iter;
+      sum.learner_iterations = rep.iterations;
+      sum.stop_reason = rep.stop_reason;
+    }
+    dice::log::info(rep.node, "report " + dice::to_json(rep));
+  }
+  {
+    std::lock_guard<std::mutex> guard{run->mtx};
+    sum.evals = run->evals;
+    sum.best_eval = run->best;
+    if (!run->evals.empty())
+      sum.last_eval = run->evals.back().mean;
+    sum.solved = run->solve_seconds >= 0;
+    sum.solve_seconds = run->solve_seconds;
+    sum.solve_env_steps = run->solve_env_steps;
+    if (run->lag_count > 0) {
+      sum.lag_min = static_cast<double>(run->lag_min);
+      sum.lag_max = static_cast<double>(run->lag_max);
+      sum.lag_mean = run->lag_sum / static_cast<double>(run->lag_count);
+    }
+  }
+  write_plot(*run);
+  {
+    std::ofstream f{path_in(opts, "summary.json")};
+    f << json_line{}
+           .add("solved", static_cast<std::int64_t>(sum.solved))
+           .add("solve_seconds", sum.solve_seconds)
+           .add("solve_env_steps", sum.solve_env_steps)
+           .add("best_eval", sum.best_eval)
+           .add("last_eval", sum.last_eval)
+           .add("env_steps", sum.env_steps)
+           .add("train_iters", sum.train_iters)
+           .add("learner_iterations", sum.learner_iterations)
+           .add("seconds", sum.seconds)
+           .add("env_steps_per_s", sum.env_steps / std::max(sum.seconds, 1e-9))
+           .add("train_iters_per_s",
+                sum.train_iters / std::max(sum.seconds, 1e-9))
+           .add("lag_min", sum.lag_min)
+           .add("lag_mean", sum.lag_mean)
+           .add("lag_max", sum.lag_max)
+           .add("stop_reason", sum.stop_reason)
+           .str()
+      << '\n';
+  }
+  return sum;
+}
+
+caf::expected<std::vector<double>> run_eval_only(const std::string& checkpoint,
+                                                 const run_options& opts,
+                                                 int episodes) {
+  q_network net{opts.algo.hidden};
+  try {
+    load_checkpoint(net, checkpoint);
+  } catch (const std::exception& e) {
+    return dice::make_error(dice::errc::invalid_config,
+                            "cannot load " + checkpoint + ": " + e.what());
+  }
+  net->eval();
+  return evaluate_greedy(net, episodes, opts.seed);
+}
+
+void set_threads(int n) {
+  torch::set_num_threads(std::max(n, 1));
+}
+
+std::string to_string(const run_summary& x) {
+  std::ostringstream os;
+  os << "== DQN CartPole-v1 summary ==\n"
+     << "solved:            "
+     << (x.solved ? "yes, after " + fixed(x.solve_seconds, 2) + " s and "
+             + std::to_string(x.solve_env_steps) + " env steps"
+                  : std::string{"no"})
+     << "\n"
+     << "stop reason:       " << x.stop_reason << "\n"
+     << "best / last eval:  " << fixed(x.best_eval) << " / "
+     << fixed(x.last_eval) << " (" << x.evals.size() << " evaluations)\n"
+     << "env steps:         " << x.env_steps << " ("
+     << fixed(x.env_steps / std::max(x.seconds, 1e-9), 0) << "/s)\n"
+     << "learner:           " << x.train_iters << " gradient steps ("
+     << fixed(x.train_iters / std::max(x.seconds, 1e-9), 0) << "/s), "
+     << x.learner_iterations << " iterations ("
+     << fixed(x.learner_iterations / std::max(x.seconds, 1e-9), 1) << "/s)\n"
+     << "policy lag:        min " << fixed(x.lag_min, 0) << ", mean "
+     << fixed(x.lag_mean, 2) << ", max " << fixed(x.lag_max, 0)
+     << " model versions\n"
+     << "wall time:         " << fixed(x.seconds, 2) << " s\n";
+  return os.str();
+}
+
+} // namespace dqn
