@@ -478,7 +478,12 @@ bus_actor::behavior_type bus(bus_ptr self, bus_config cfg) {
         auto why = "error: no peer connected for " + std::to_string(secs)
           + " s";
         log::error(st.cfg.node, why);
-        on_finish(self, finish{st.cfg.node, why, true});
+        finish x{st.cfg.node, why, true};
+        on_finish(self, x);
+        // on_finish skips the sender's node; this finish is for it.
+        for (auto& m : st.members)
+          if (m.node == x.sender)
+            caf::anon_send(m.member, x);
         return;
       }
       auto idx = static_cast<std::size_t>(kind - reconnect_kind);
