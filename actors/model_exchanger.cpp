@@ -74,9 +74,15 @@ middleware model_exchanger(model_port_ptr model, model_exchanger_options opts) {
       });
   };
   result.before = [st](context& ctx) -> step {
-    if (!st->active || st->is_learner || ctx.total_step == 0
-        || st->svc->finished())
+    if (!st->active || st->is_learner || st->svc->finished())
       return proceed;
+    if (ctx.total_step == 0) {
+      // DI-engine never waits in iteration 0; a node that (re)joins a
+      // running cluster already holds the latest model: use it at once.
+      if (st->cache.slot)
+        st->cache.load(*st->svc, *st->model, ctx);
+      return proceed;
+    }
     return st->update(ctx, st->svc->now());
   };
   result.after = [st](context& ctx) {
