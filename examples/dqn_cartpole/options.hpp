@@ -129,6 +129,20 @@ struct run_summary {
   std::string stop_reason;
   /// Every evaluation in order.
   std::vector<eval_point> evals;
+  /// Env steps and gradient steps a resumed run started from.
+  std::int64_t resumed_env_steps = 0, resumed_train_iters = 0;
+
+  /// Env steps per second of this run (a resumed run's start excluded).
+  double env_steps_per_s() const {
+    return static_cast<double>(env_steps - resumed_env_steps)
+      / (seconds > 0 ? seconds : 1e-9);
+  }
+
+  /// Gradient steps per second of this run.
+  double train_iters_per_s() const {
+    return static_cast<double>(train_iters - resumed_train_iters)
+      / (seconds > 0 ? seconds : 1e-9);
+  }
 };
 
 /// Runs learner (node 0), evaluator (node 1) and collectors (nodes 2..) in

@@ -399,8 +399,10 @@ dice::middleware eval_step(std::shared_ptr<shared_run> run, q_network net) {
   };
   m.before = [st](dice::context& ctx) -> dice::step {
     auto& run = *st->run;
-    if (ctx.total_step == 0)
+    if (ctx.total_step == 0) {
       ctx.env_step += run.resume_env_step;
+      ctx.train_iter = std::max(ctx.train_iter, run.resume_train_iter);
+    }
     if (ctx.last_eval_iter >= 0
         && ctx.train_iter - ctx.last_eval_iter < run.opts.eval_every)
       return dice::proceed;
@@ -443,15 +445,25 @@ dice::middleware eval_step(std::shared_ptr<shared_run> run, q_network net) {
                         .add("eval_return_mean", pt.mean)
                         .add("eval_return_min", pt.min)
                         .add("eval_return_max", pt.max));
-    dice::log::info(evaluator_node,
-                    "eval at train_iter " + std::to_string(pt.train_iter)
-                      + ", env_step " + std::to_string(pt.env_step)
-                      + ": return " + fixed(pt.mean) + " (min "
-                      + fixed(pt.min, 0) + ", max " + fixed(pt.max, 0) + ")"
-                      + (best ? " new best" : ""));
+    // Evaluations come several times a second: only a new best is worth a
+    // line at info level (the progress line shows the latest return).
+    dice::log::write(
+      best || solved ? dice::log::level::info : dice::log::level::debug,
+      evaluator_node,
+      "eval at train_iter " + std::to_string(pt.train_iter) + ", env_step "
+        + std::to_string(pt.env_step) + ": return " + fixed(pt.mean) + " (min "
+        + fixed(pt.min, 0) + ", max " + fixed(pt.max, 0) + ")"
+        + (best ? " new best" : ""));
     if (best) {
       try {
         save_checkpoint(st->net, path_in(run.opts, "best.pt"));
+        std::ofstream f{path_in(run.opts, "best.json")};
+        f << json_line{}
+               .add("eval_return", pt.mean)
+               .add("env_step", pt.env_step)
+               .add("train_iter", pt.train_iter)
+               .str()
+          << '\n';
       } catch (const std::exception& e) {
         dice::log::error(evaluator_node,
                          std::string{"cannot write best.pt: "} + e.what());
@@ -557,6 +569,12 @@ caf::expected<run_summary> run_training(caf::actor_system& sys,
       run->resume_env_step = env_step;
       run->resume_train_iter = train_iter;
     }
+    // best.pt is only replaced by a model that beats the one it holds.
+    std::ifstream bf{path_in(opts, "best.json")};
+    std::string best_text{std::istreambuf_iterator<char>{bf}, {}};
+    double best = 0;
+    if (std::sscanf(best_text.c_str(), "{\"eval_return\": %lf", &best) == 1)
+      run->best = best;
     dice::log::info(learner_node,
                     "resuming from " + resume_from + " (env_step "
                       + std::to_string(env_step) + ", train_iter "
@@ -662,6 +680,8 @@ caf::expected<run_summary> run_training(caf::actor_system& sys,
     return reports.error();
   run_summary sum;
   sum.seconds = run->seconds();
+  sum.resumed_env_steps = run->resume_env_step;
+  sum.resumed_train_iters = run->resume_train_iter;
   for (auto& rep : *reports) {
     if (rep.node == learner_node) {
       sum.env_steps = rep.env_step;
@@ -699,9 +719,8 @@ caf::expected<run_summary> run_training(caf::actor_system& sys,
            .add("train_iters", sum.train_iters)
            .add("learner_iterations", sum.learner_iterations)
            .add("seconds", sum.seconds)
-           .add("env_steps_per_s", sum.env_steps / std::max(sum.seconds, 1e-9))
-           .add("train_iters_per_s",
-                sum.train_iters / std::max(sum.seconds, 1e-9))
+           .add("env_steps_per_s", sum.env_steps_per_s())
+           .add("train_iters_per_s", sum.train_iters_per_s())
            .add("lag_min", sum.lag_min)
            .add("lag_mean", sum.lag_mean)
            .add("lag_max", sum.lag_max)
@@ -742,10 +761,10 @@ std::string to_string(const run_summary& x) {
      << "best / last eval:  " << fixed(x.best_eval) << " / "
      << fixed(x.last_eval) << " (" << x.evals.size() << " evaluations)\n"
      << "env steps:         " << x.env_steps << " ("
-     << fixed(x.env_steps / std::max(x.seconds, 1e-9), 0) << "/s)\n"
+     << fixed(x.env_steps_per_s(), 0) << "/s)\n"
      << "learner:           " << x.train_iters << " gradient steps ("
-     << fixed(x.train_iters / std::max(x.seconds, 1e-9), 0) << "/s), "
-     << x.learner_iterations << " iterations ("
+     << fixed(x.train_iters_per_s(), 0) << "/s), " << x.learner_iterations
+     << " iterations ("
      << fixed(x.learner_iterations / std::max(x.seconds, 1e-9), 1) << "/s)\n"
      << "policy lag:        min " << fixed(x.lag_min, 0) << ", mean "
      << fixed(x.lag_mean, 2) << ", max " << fixed(x.lag_max, 0)
