@@ -7,7 +7,7 @@
 #include <set>
 
 // The example is a program, not a library: compile its env source here.
-#include "../../examples/dqn_cartpole/cartpole.cpp"
+#include "cartpole.hpp"
 
 using namespace dqn;
 

@@ -16,9 +16,9 @@
 
 // The example is a program, not a library: its sources compile into this
 // test (one torch translation unit instead of three).
-#include "../../examples/dqn_cartpole/cartpole.cpp"
-#include "../../examples/dqn_cartpole/dqn.cpp"
-#include "../../examples/dqn_cartpole/train.cpp"
+#include "cartpole.hpp"
+#include "dqn.hpp"
+
 
 using namespace dqn;
 
