@@ -1,0 +1,95 @@
+// Runs the hello_exchange example as a user would and checks the JSON line
+// each role actor prints at the end.
+
+#include <cstdio>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <sys/wait.h>
+
+namespace {
+
+struct run_result {
+  int exit_code = -1;
+  std::vector<nlohmann::json> lines;
+};
+
+// Runs the example with a deadline (coreutils timeout) and parses stdout.
+run_result run_example(const std::string& args) {
+  run_result result;
+  auto cmd = std::string{"timeout 120 "} + DICE_BINARY_DIR
+             + "/bin/hello_exchange " + args + " 2>/dev/null";
+  auto pipe = popen(cmd.c_str(), "r");
+  if (pipe == nullptr)
+    return result;
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), pipe)) > 0)
+    out.append(buf, n);
+  auto status = pclose(pipe);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  size_t pos = 0;
+  while (pos < out.size()) {
+    auto end = out.find('\n', pos);
+    auto line = out.substr(pos, end - pos);
+    pos = end == std::string::npos ? out.size() : end + 1;
+    if (!line.empty() && line.front() == '{')
+      result.lines.push_back(nlohmann::json::parse(line));
+  }
+  return result;
+}
+
+void check_run(const run_result& res, int steps, int collectors) {
+  ASSERT_EQ(res.exit_code, 0);
+  ASSERT_EQ(res.lines.size(), static_cast<size_t>(2 + collectors));
+  std::map<std::string, int> roles;
+  nlohmann::json learner;
+  std::int64_t collected = 0;
+  std::int64_t episodes = 0;
+  for (auto& j : res.lines) {
+    for (auto key : {"node", "role", "total_step", "env_step", "env_episode",
+                     "train_iter", "model_version", "trajectories_received"})
+      EXPECT_TRUE(j.contains(key)) << key << " missing in " << j.dump();
+    auto role = j["role"].get<std::string>();
+    ++roles[role];
+    if (role == "learner")
+      learner = j;
+    if (role == "collector") {
+      collected += j["env_step"].get<std::int64_t>();
+      episodes += j["env_episode"].get<std::int64_t>();
+      // Collectors end with the learner's final train_iter.
+      EXPECT_EQ(j["train_iter"].get<int>(), steps) << j.dump();
+    }
+  }
+  EXPECT_EQ(roles["learner"], 1);
+  EXPECT_EQ(roles["evaluator"], 1);
+  EXPECT_EQ(roles["collector"], collectors);
+  // Nothing is lost: the learner counted every step the collectors made and
+  // received every transition.
+  EXPECT_EQ(learner["env_step"].get<std::int64_t>(), collected);
+  EXPECT_EQ(learner["env_episode"].get<std::int64_t>(), episodes);
+  EXPECT_EQ(learner["trajectories_received"].get<std::int64_t>(), collected);
+  EXPECT_EQ(learner["train_iter"].get<int>(), steps);
+  EXPECT_EQ(learner["total_step"].get<int>(), steps - 1);
+  EXPECT_EQ(learner["model_version"].get<int>(), steps);
+  EXPECT_EQ(learner["stop_reason"].get<std::string>(), "max_step");
+}
+
+TEST(HelloExchange, DefaultRunPrintsOneJsonLinePerRoleActor) {
+  check_run(run_example("--steps=10"), 10, 2);
+}
+
+TEST(HelloExchange, MoreCollectors) {
+  check_run(run_example("--steps=7 --collectors=4"), 7, 4);
+}
+
+TEST(HelloExchange, BadOptionFailsWithNonZeroExit) {
+  auto res = run_example("--collectors=notanumber");
+  EXPECT_NE(res.exit_code, 0);
+}
+
+} // namespace
