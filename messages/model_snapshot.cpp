@@ -8,6 +8,7 @@
 #include "dice/errc.hpp"
 #include "dice/messages/finish.hpp"
 #include "dice/messages/storage_ref.hpp"
+#include "dice/trust.hpp"
 
 namespace dice {
 
@@ -66,6 +67,7 @@ bool operator==(const finish& x, const finish& y) {
 
 caf::error validate(const model_snapshot& x) {
   auto bad = [&](const tensor_entry& e, const std::string& why) {
+    count(trust_event::snapshot_rejected);
     return make_error(errc::malformed_input,
                       "snapshot v" + std::to_string(x.version) + " from node "
                         + std::to_string(x.sender) + ": tensor '" + e.name
@@ -105,10 +107,12 @@ caf::error validate(const model_snapshot& x) {
   }
   std::sort(ranges.begin(), ranges.end());
   for (std::size_t i = 1; i < ranges.size(); ++i)
-    if (ranges[i].first < ranges[i - 1].second)
+    if (ranges[i].first < ranges[i - 1].second) {
+      count(trust_event::snapshot_rejected);
       return make_error(errc::malformed_input,
                         "snapshot v" + std::to_string(x.version)
                           + ": tensors overlap in the buffer");
+    }
   return caf::none;
 }
 

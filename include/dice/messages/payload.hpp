@@ -6,12 +6,13 @@
 #include <vector>
 
 #include "dice/errc.hpp"
+#include "dice/messages/bounded_archive.hpp"
 #include "dice/messages/shared_bytes.hpp"
+#include "dice/trust.hpp"
 
 #include "caf/expected.hpp"
 #include "caf/meta/type_name.hpp"
 
-#include <boost/archive/binary_iarchive.hpp>
 #include <boost/archive/binary_oarchive.hpp>
 #include <boost/iostreams/device/array.hpp>
 #include <boost/iostreams/stream.hpp>
@@ -75,27 +76,34 @@ payload pack(const std::vector<T>& items, std::uint32_t origin = 0,
                  model_version};
 }
 
-/// Unpacks one payload, appending its items to `out`. Corrupt or truncated
-/// bytes give `errc::malformed_input`; `out` is left unchanged then.
+/// Unpacks one payload, appending its items to `out`. Corrupt, truncated,
+/// oversized or inconsistent bytes give `errc::malformed_input` (and count
+/// as `trust_event::payload_rejected`); `out` is left unchanged then. No
+/// count read from the bytes can make the decoder allocate more than a small
+/// multiple of the payload's size (see bounded_archive.hpp).
 template <class T>
 caf::error unpack_into(const payload& x, std::vector<T>& out) {
+  auto reject = [](std::string what) {
+    dice::count(trust_event::payload_rejected);
+    return make_error(errc::malformed_input, std::move(what));
+  };
   if (x.bytes.empty())
-    return make_error(errc::malformed_input, "empty payload");
+    return reject("empty payload");
+  // A claimed count beyond the bytes is a lie: refuse before decoding.
+  if (x.count > x.bytes.size())
+    return reject("payload claims " + std::to_string(x.count) + " items in "
+                  + std::to_string(x.bytes.size()) + " bytes");
   std::vector<T> items;
   try {
-    namespace io = boost::iostreams;
-    io::stream<io::array_source> in{
-      reinterpret_cast<const char*>(x.bytes.data()), x.bytes.size()};
-    boost::archive::binary_iarchive ar(in);
+    bounded_streambuf buf{x.bytes.data(), x.bytes.size()};
+    bounded_iarchive ar(buf);
     ar >> items;
   } catch (const std::exception& e) {
-    return make_error(errc::malformed_input,
-                      std::string{"cannot decode payload: "} + e.what());
+    return reject(std::string{"cannot decode payload: "} + e.what());
   }
   if (items.size() != x.count)
-    return make_error(errc::malformed_input,
-                      "payload holds " + std::to_string(items.size())
-                        + " items but claims " + std::to_string(x.count));
+    return reject("payload holds " + std::to_string(items.size())
+                  + " items but claims " + std::to_string(x.count));
   out.insert(out.end(), std::make_move_iterator(items.begin()),
              std::make_move_iterator(items.end()));
   return caf::none;
