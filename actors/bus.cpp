@@ -90,6 +90,24 @@ void hold(bus_ptr self, const std::string& topic, std::uint32_t sender,
   }
 }
 
+// Sends a message to a peer bus; snapshots above the chunk size in chunks
+// (`chunks` caches the split across peers).
+void forward_to_peer(bus_ptr self, const bus_actor& peer,
+                     const std::string& topic, std::uint32_t sender,
+                     const caf::message& msg,
+                     std::vector<snapshot_chunk>& chunks) {
+  auto& st = self->state;
+  if (!st.chunks.splits(msg)) {
+    self->send(peer, forward_atom::value, topic, sender, msg);
+    return;
+  }
+  if (chunks.empty())
+    chunks = st.chunks.split(st.cfg.node, topic, sender,
+                             msg.get_as<model_snapshot>(1));
+  for (auto& c : chunks)
+    self->send(peer, forward_atom::value, c);
+}
+
 // Delivers to local subscribers (never back to the sender's node) and, for
 // messages of local members, once to each peer subscribed to the topic.
 // Holds the message when nobody at all subscribed.
@@ -109,12 +127,16 @@ void route(bus_ptr self, const std::string& topic, std::uint32_t sender,
   }
   // Peers never relay what they got from a peer: delivery is to direct
   // peers only, once (DI-engine's bus semantics, minus the losses).
-  if (!from_peer)
+  if (!from_peer) {
+    // Large snapshots go out in chunks, split (and checksummed) once for
+    // all peers; the chunks share the snapshot's buffer.
+    std::vector<snapshot_chunk> chunks;
     for (auto& p : st.peers)
       if (p.node != sender && contains(p.topics, topic)) {
         any = true;
-        self->send(p.handle, forward_atom::value, topic, sender, msg);
+        forward_to_peer(self, p.handle, topic, sender, msg, chunks);
       }
+  }
   if (!any)
     hold(self, topic, sender, msg);
 }
@@ -339,6 +361,7 @@ void remove_member(bus_ptr self, const caf::actor_addr& who) {
 } // namespace
 
 bus_actor::behavior_type bus(bus_ptr self, bus_config cfg) {
+  self->state.chunks = snapshot_chunker{cfg.chunk_bytes};
   self->state.cfg = std::move(cfg);
   // A published bus can be reached by any CAF peer: an exit sent by a remote
   // actor must not kill this node.
@@ -363,6 +386,7 @@ bus_actor::behavior_type bus(bus_ptr self, bus_config cfg) {
       auto lvl = st.released ? log::level::info : log::level::warning;
       log::write(lvl, st.cfg.node,
                  "lost peer " + describe(p) + ": " + caf::to_string(dm.reason));
+      st.chunks.drop_origin(p.node, st.cfg.node, "peer lost");
       if (p.endpoint)
         schedule_reconnect(self, *p.endpoint);
       update_loss_timer(self);
@@ -437,10 +461,18 @@ bus_actor::behavior_type bus(bus_ptr self, bus_config cfg) {
         return;
       p->topics.push_back(topic);
       if (auto i = st.held.find(topic); i != st.held.end()) {
-        for (auto& [sender, msg] : i->second)
-          self->send(p->handle, forward_atom::value, topic, sender, msg);
+        for (auto& [sender, msg] : i->second) {
+          std::vector<snapshot_chunk> chunks;
+          forward_to_peer(self, p->handle, topic, sender, msg, chunks);
+        }
         st.held.erase(i);
       }
+    },
+    [=](forward_atom, snapshot_chunk& c) {
+      auto& st = self->state;
+      if (auto x = st.chunks.add(std::move(c), st.cfg.node))
+        route(self, x->topic, x->sender,
+              caf::make_message(x->topic, std::move(x->snapshot)), true);
     },
     [=](forward_atom, const std::string& topic, std::uint32_t sender,
         const caf::message& msg) {

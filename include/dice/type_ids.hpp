@@ -10,6 +10,7 @@
 #include "dice/messages/model_snapshot.hpp"
 #include "dice/messages/payload.hpp"
 #include "dice/messages/peer_hello.hpp"
+#include "dice/messages/snapshot_chunk.hpp"
 #include "dice/messages/storage_ref.hpp"
 #include "dice/node_report.hpp"
 #include "dice/role.hpp"
@@ -28,6 +29,7 @@ CAF_BEGIN_TYPE_ID_BLOCK(dice, caf::first_custom_type_id)
   CAF_ADD_TYPE_ID(dice, (dice::finish))
   CAF_ADD_TYPE_ID(dice, (dice::node_report))
   CAF_ADD_TYPE_ID(dice, (dice::peer_hello))
+  CAF_ADD_TYPE_ID(dice, (dice::snapshot_chunk))
 
   /// Subscribes an actor to a topic on a bus.
   CAF_ADD_ATOM(dice, dice, subscribe_atom, "subscribe")

@@ -1,5 +1,6 @@
 #pragma once
 
+#include "dice/actors/chunker.hpp"
 #include "dice/messages/finish.hpp"
 #include "dice/messages/peer_hello.hpp"
 #include "dice/role.hpp"
@@ -50,6 +51,8 @@ using bus_actor = caf::typed_actor<
   caf::reacts_to<subscribe_atom, std::string, std::uint32_t>,
   // forward(topic, sender node, message): a peer's publish.
   caf::reacts_to<forward_atom, std::string, std::uint32_t, caf::message>,
+  // forward(chunk): a piece of a large snapshot a peer published.
+  caf::reacts_to<forward_atom, snapshot_chunk>,
   // done(peer node): every member of the peer is done.
   caf::reacts_to<done_atom, std::uint32_t>,
   // -- control ----------------------------------------------------------------
@@ -82,6 +85,8 @@ struct bus_config {
   /// Topics whose last message a newly connected peer gets at once (the
   /// latest model and train_iter), as if it had been subscribed all along.
   std::vector<std::string> retained_topics;
+  /// Snapshots larger than this travel to peers in chunks of this size.
+  std::size_t chunk_bytes = default_chunk_bytes;
 };
 
 /// One subscriber of a topic.
@@ -157,6 +162,8 @@ struct bus_state {
   std::uint64_t loss_timer = 0;
   /// Source of timer ids.
   std::uint64_t next_timer = 0;
+  /// Splits snapshots for peers and reassembles the peers' chunks.
+  snapshot_chunker chunks;
   /// Name in CAF's logs.
   static inline const char* name = "dice.bus";
 };
