@@ -59,6 +59,10 @@ CAF_BEGIN_TYPE_ID_BLOCK(dice, caf::first_custom_type_id)
   CAF_ADD_ATOM(dice, dice, peers_atom, "peers")
   /// Internal: a bus timer (reconnect, peer loss) fired.
   CAF_ADD_ATOM(dice, dice, tick_atom, "tick")
+  /// Asks a loader to store data and return (or publish) its storage_ref.
+  CAF_ADD_ATOM(dice, dice, save_atom, "save")
+  /// Asks a loader to read what a storage_ref points at.
+  CAF_ADD_ATOM(dice, dice, load_atom, "load")
 
 CAF_END_TYPE_ID_BLOCK(dice)
 

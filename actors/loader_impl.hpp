@@ -1,0 +1,119 @@
+#pragma once
+
+// Internal: the behaviour both loaders share, for a stored type T.
+
+#include "dice/actors/bus.hpp"
+#include "dice/errc.hpp"
+#include "dice/log.hpp"
+#include "dice/messages/storage.hpp"
+
+#include "caf/actor_cast.hpp"
+#include "caf/make_message.hpp"
+#include "caf/send.hpp"
+
+#include <string>
+#include <vector>
+
+namespace dice::detail {
+
+/// What a missing item is called in DI-engine's warning ("Model").
+template <class T>
+const char* missing_warning();
+
+/// Loads a T.
+template <class T>
+caf::expected<T> load_as(const storage_ref& ref);
+
+/// Schedules the next sweep at the oldest item's expiry (no periodic timer:
+/// an idle loader has no timer at all).
+template <class Self>
+void arm_sweep(Self self) {
+  auto& st = self->state;
+  if (st.sweeping || st.keeper->size() == 0)
+    return;
+  st.sweeping = true;
+  auto now = self->clock().now();
+  auto at = st.keeper->next_expiry();
+  auto delay = at > now ? std::chrono::duration_cast<caf::timespan>(at - now)
+                        : caf::timespan{0};
+  self->delayed_send(self, delay, tick_atom::value);
+}
+
+template <class T, class Self>
+caf::expected<storage_ref> save_item(Self self, const T& x) {
+  auto& st = self->state;
+  auto ref = store(st.keeper->options(), x);
+  if (!ref) {
+    log::error(st.opts.node,
+               "Got error when saving data: " + render(ref.error()));
+    return ref;
+  }
+  // TTL counts from completion (DI-engine's file model loader; its storage
+  // loader counted from the start of the save).
+  st.keeper->add(*ref, self->clock().now());
+  arm_sweep(self);
+  return ref;
+}
+
+template <class T, class Self>
+void warn_load_failed(Self self, const caf::error& err) {
+  auto& st = self->state;
+  if (is(err, errc::storage_missing))
+    log::warning(st.opts.node,
+                 std::string{missing_warning<T>()}
+                   + " file has been deleted on node "
+                   + std::to_string(st.opts.node)
+                   + ", maybe you can increase the ttl. (" + render(err) + ")");
+  else
+    log::error(st.opts.node, "Got error when loading data: " + render(err));
+}
+
+template <class T, class Self, class State>
+auto loader_behavior(Self self, loader_options opts) {
+  self->state.opts = opts;
+  self->state.keeper = std::make_unique<storage_keeper>(opts);
+  // The keeper's destructor (with the state) removes what is left.
+  return typename std::remove_pointer_t<Self>::behavior_type{
+    [=](save_atom, const T& x) -> caf::result<storage_ref> {
+      auto ref = save_item<T>(self, x);
+      if (!ref)
+        return ref.error();
+      return std::move(*ref);
+    },
+    [=](load_atom, const storage_ref& ref) -> caf::result<T> {
+      auto x = load_as<T>(ref);
+      if (!x) {
+        warn_load_failed<T>(self, x.error());
+        return x.error();
+      }
+      return std::move(*x);
+    },
+    [=](save_atom, const T& x, const caf::actor& bus,
+        const std::vector<std::string>& topics) {
+      auto ref = save_item<T>(self, x);
+      if (!ref)
+        return;
+      auto b = caf::actor_cast<bus_actor>(bus);
+      for (auto& topic : topics)
+        self->send(b, publish_atom::value, topic, self->state.opts.node,
+                   caf::make_message(topic, *ref));
+    },
+    [=](load_atom, const storage_ref& ref, const caf::actor& to,
+        const std::string& topic) {
+      auto x = load_as<T>(ref);
+      if (!x) {
+        warn_load_failed<T>(self, x.error());
+        return;
+      }
+      caf::anon_send(to, topic, std::move(*x));
+    },
+    [=](tick_atom) {
+      auto& st = self->state;
+      st.sweeping = false;
+      st.keeper->sweep(self->clock().now());
+      arm_sweep(self);
+    },
+  };
+}
+
+} // namespace dice::detail

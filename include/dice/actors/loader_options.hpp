@@ -1,0 +1,16 @@
+#pragma once
+
+#include "dice/messages/storage.hpp"
+
+namespace dice {
+
+/// Settings of a storage or model loader (DI-engine's FileStorageLoader /
+/// FileModelLoader(dirname, ttl)): where items go, how long they live.
+struct loader_options : storage_options {
+  /// Run the loader on its own thread (CAF `detached`): disk I/O and
+  /// encoding never block the scheduler's workers. Tests on the
+  /// deterministic coordinator set this to false.
+  bool detached = true;
+};
+
+} // namespace dice
