@@ -236,7 +236,9 @@ node_system_config::node_system_config() {
     .add(port, "port", "port to listen on (0: any free port)")
     .add(attach_to, "attach-to", "peers to attach to: host:port,...")
     .add(nodes, "nodes", "addresses of all nodes in order: host:port,...")
-    .add(topology, "topology", "alone, star or mesh (over dice.nodes)")
+    .add(topology, "topology",
+         "alone, star or mesh over dice.nodes (default: alone; mesh under "
+         "SLURM)")
     .add(min_peers, "min-peers", "peers to wait for before starting")
     .add(start_timeout, "start-timeout", "longest wait for min-peers")
     .add(peer_loss_timeout, "peer-loss-timeout",

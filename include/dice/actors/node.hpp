@@ -130,8 +130,9 @@ class node_system_config : public caf::actor_system_config {
   std::string attach_to;
   /// dice.nodes.
   std::string nodes;
-  /// dice.topology.
-  std::string topology = "alone";
+  /// dice.topology ("": alone, or mesh under SLURM, so `srun PROGRAM`
+  /// needs no flags).
+  std::string topology;
   /// dice.min-peers.
   std::int64_t min_peers = -1;
   /// dice.start-timeout.
