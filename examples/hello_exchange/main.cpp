@@ -11,6 +11,7 @@
 // counters.
 
 #include "dice/actors/context_exchanger.hpp"
+#include "dice/actors/learner_hello.hpp"
 #include "dice/actors/local_cluster.hpp"
 #include "dice/actors/model_exchanger.hpp"
 #include "dice/actors/node.hpp"
@@ -60,11 +61,17 @@ TORCH_MODULE_IMPL(mlp, mlp_impl);
 constexpr int steps_per_iteration = 16;
 
 /// Collector: picks actions with its current model, emits transitions.
-dice::middleware collect(mlp net, std::uint32_t node) {
+dice::middleware collect(mlp net, std::uint32_t node, bool trace = false) {
   auto rng = std::make_shared<std::mt19937>(node);
   dice::middleware m;
   m.name = "collect";
-  m.before = [net, rng, node](dice::context& ctx) mutable -> dice::step {
+  m.before = [net, rng, node, trace](dice::context& ctx) mutable -> dice::step {
+    // Tests read these lines to see which model and train_iter acted.
+    if (trace)
+      dice::log::info(node,
+                      "collect iteration " + std::to_string(ctx.total_step)
+                        + " model_version " + std::to_string(ctx.model_version)
+                        + " train_iter " + std::to_string(ctx.train_iter));
     std::normal_distribution<float> noise;
     std::vector<transition> items(steps_per_iteration);
     auto obs = torch::empty({steps_per_iteration, 4});
@@ -130,12 +137,14 @@ struct config : dice::node_system_config {
   std::int64_t steps = 20;
   std::uint32_t collectors = 2;
   std::int64_t collector_steps = 0;
+  bool trace = false;
   config() {
     opt_group{custom_options_, "global"}
       .add(steps, "steps", "learner iterations")
       .add(collectors, "collectors", "number of collectors")
       .add(collector_steps, "collector-steps",
-           "collector iterations (0: until the learner finishes)");
+           "collector iterations (0: until the learner finishes)")
+      .add(trace, "trace", "log the model version of every collection");
   }
 };
 
@@ -151,12 +160,15 @@ int run_node(caf::actor_system& sys, const config& cfg,
   auto roles = node->roles();
   mlp net;
   dice::pipeline p;
+  // A restarted learner greets collectors that wait for its model.
+  if (roles.has(dice::role::learner))
+    p.use(dice::learner_hello(dice::model_port_of(net.ptr())));
   p.use(dice::context_exchanger())
     .use(dice::model_exchanger(dice::model_port_of(net.ptr())));
   if (roles.has(dice::role::learner))
     p.use(train(net, id));
   else if (roles.has(dice::role::collector))
-    p.use(collect(net, id));
+    p.use(collect(net, id, cfg.trace));
   else
     p.use(dice::void_middleware("evaluate"));
   dice::node_run_options opts;
