@@ -1,16 +1,22 @@
 // dqn_cartpole: distributed DQN on CartPole-v1 with dice. A learner (node
-// 0), an evaluator (node 1) and N collectors (nodes 2..) run as role actors
-// in one process and exchange context and models like DI-engine's
-// distributer middleware.
+// 0), an evaluator (node 1) and N collectors (nodes 2..) exchange context
+// and models like DI-engine's distributer middleware: as role actors in one
+// process by default, or one node per process when node settings are given
+// (dice-launch, srun, or --dice.* options by hand).
 //
 //   dqn_cartpole                         # train until eval mean >= 475
 //   dqn_cartpole --collectors=4 --seed=3 --out=runs/s3
 //   dqn_cartpole --resume                # continue from OUT/latest.pt
 //   dqn_cartpole --eval-only=runs/dqn_cartpole/best.pt
+//   dice-launch --workers 5 -- dqn_cartpole   # 5 processes: 0 learner,
+//                                             # 1 evaluator, 2..4 collectors
 //
 // Writes OUT/metrics.jsonl, OUT/eval_return.png (needs gnuplot),
-// OUT/summary.json, OUT/latest.pt and OUT/best.pt.
+// OUT/summary.json, OUT/latest.pt and OUT/best.pt; as a cluster node,
+// OUT/metrics-ID.jsonl and OUT/summary-ID.json instead of the first and
+// third (the learner writes latest.pt, the evaluator best.pt and the plot).
 
+#include "dice/actors/node.hpp"
 #include "dice/errc.hpp"
 #include "dice/log.hpp"
 #include "dice/type_ids.hpp"
@@ -27,8 +33,9 @@
 
 namespace {
 
-/// Command-line options (CAF's config: --name=value or a caf-application.ini).
-struct config : caf::actor_system_config {
+/// Command-line options (CAF's config: --name=value or a caf-application.ini)
+/// plus the node settings (dice.*), which make the process a cluster node.
+struct config : dice::node_system_config {
   dqn::run_options run;
   std::string eval_only;
   std::string eps_decay = "linear";
@@ -45,7 +52,6 @@ struct config : caf::actor_system_config {
   bool no_double = false;
 
   config() {
-    dice::add_message_types(*this);
     auto& a = run.algo;
     opt_group{custom_options_, "global"}
       .add(collectors, "collectors", "number of collector nodes (3)")
@@ -127,9 +133,21 @@ int caf_main(caf::actor_system& sys, const config& cfg) {
               << " episodes: " << sum / returns->size() << '\n';
     return 0;
   }
-  auto sum = dqn::run_training(sys, opts);
+  auto ncfg = dice::make_node_config(cfg);
+  if (!ncfg) {
+    dice::log::error(0, "bad node settings: " + dice::render(ncfg.error()));
+    return 2;
+  }
+  // Epsilon follows the estimated global env step (own steps x
+  // collectors): in a cluster the collectors are the nodes the default
+  // roles make collectors.
+  if (ncfg->distributed && ncfg->workers > 1)
+    opts.collectors = std::max<std::uint32_t>(
+      dqn::default_collectors(ncfg->workers), 1);
+  auto sum = ncfg->distributed ? dqn::run_node(sys, opts, *ncfg)
+                               : dqn::run_training(sys, opts);
   if (!sum) {
-    dice::log::error(0, "run failed: " + dice::render(sum.error()));
+    dice::log::error(ncfg->id, "run failed: " + dice::render(sum.error()));
     return 1;
   }
   std::cout << dqn::to_string(*sum) << "outputs in " << opts.out << '\n';

@@ -11,6 +11,10 @@
 #include <string>
 #include <vector>
 
+namespace dice {
+struct node_config;
+} // namespace dice
+
 namespace dqn {
 
 /// How epsilon falls from `eps_start` to `eps_end`.
@@ -103,8 +107,12 @@ struct eval_point {
   double mean = 0, min = 0, max = 0;
 };
 
-/// What a run achieved.
+/// What a run achieved (in a cluster: what one node saw).
 struct run_summary {
+  /// Node id of a cluster node (0 in one process).
+  std::uint32_t node = 0;
+  /// Role of a cluster node ("": the whole in-process run).
+  std::string roles;
   /// The stop value was reached.
   bool solved = false;
   /// Seconds until the stop value was reached (-1: never).
@@ -149,6 +157,17 @@ struct run_summary {
 /// `sys` until the stop value, the env-step budget or the time limit.
 caf::expected<run_summary> run_training(caf::actor_system& sys,
                                         const run_options& opts);
+
+/// Runs this process as one node of a cluster (learner, evaluator or
+/// collector by `node`'s roles) until the cluster finishes. Writes
+/// OUT/metrics-ID.jsonl and OUT/summary-ID.json; the learner writes
+/// latest.pt, the evaluator best.pt and the plot.
+caf::expected<run_summary> run_node(caf::actor_system& sys,
+                                    const run_options& opts,
+                                    const dice::node_config& node);
+
+/// Collectors among `workers` nodes with the default roles.
+std::uint32_t default_collectors(std::uint32_t workers);
 
 /// Loads `checkpoint` and returns the returns of `episodes` greedy episodes.
 caf::expected<std::vector<double>> run_eval_only(const std::string& checkpoint,

@@ -2,8 +2,10 @@
 // role actors, and reports progress, metrics, checkpoints and the plot.
 
 #include "dice/actors/context_exchanger.hpp"
+#include "dice/actors/learner_hello.hpp"
 #include "dice/actors/local_cluster.hpp"
 #include "dice/actors/model_exchanger.hpp"
+#include "dice/actors/node.hpp"
 #include "dice/actors/periodical_model_exchanger.hpp"
 #include "dice/errc.hpp"
 #include "dice/log.hpp"
@@ -91,6 +93,9 @@ struct shared_run {
   // Progress line on a terminal: log lines clear it first.
   bool tty = false;
   std::string progress_line;
+  // One node of a multi-process cluster: this process holds only its own
+  // node, so outputs carry the node id and nothing is shared with others.
+  bool distributed = false;
 
   double seconds() const {
     return std::chrono::duration<double>(clock_type::now() - start).count();
@@ -221,10 +226,12 @@ dice::middleware collect_step(std::shared_ptr<shared_run> run, q_network net,
 /// Feeds ctx.trajectories into the replay buffer, records their policy lag,
 /// runs updates_per_step gradient steps per new transition, prints the
 /// progress line and writes latest.pt.
-dice::middleware train_step(std::shared_ptr<shared_run> run, q_network net) {
+dice::middleware train_step(std::shared_ptr<shared_run> run, q_network net,
+                            std::uint32_t node) {
   struct state {
     std::shared_ptr<shared_run> run;
     dqn_learner learner;
+    std::uint32_t node;
     dice::node_services* svc = nullptr;
     double owed_updates = 0;
     float last_loss = std::numeric_limits<float>::quiet_NaN();
@@ -236,9 +243,10 @@ dice::middleware train_step(std::shared_ptr<shared_run> run, q_network net) {
     std::int64_t window_lag_max = 0;
     double window_lag_sum = 0;
     std::int64_t window_lag_count = 0;
-    state(std::shared_ptr<shared_run> r, q_network n)
+    state(std::shared_ptr<shared_run> r, q_network n, std::uint32_t id)
       : run(std::move(r)),
-        learner(std::move(n), run->opts.algo, run->opts.seed * 31 + 17) {
+        learner(std::move(n), run->opts.algo, run->opts.seed * 31 + 17),
+        node(id) {
       // nop
     }
 
@@ -252,7 +260,7 @@ dice::middleware train_step(std::shared_ptr<shared_run> run, q_network net) {
                .str()
           << '\n';
       } catch (const std::exception& e) {
-        dice::log::error(learner_node,
+        dice::log::error(node,
                          std::string{"cannot write latest.pt: "} + e.what());
       }
     }
@@ -274,7 +282,7 @@ dice::middleware train_step(std::shared_ptr<shared_run> run, q_network net) {
         : std::numeric_limits<double>::quiet_NaN();
       auto lag_lo = window_lag_count > 0 ? window_lag_min : 0;
       run->write_metrics(
-        learner_node, "learner",
+        node, "learner",
         json_line{}
           .add("train_iter", ctx.train_iter)
           .add("env_step", ctx.env_step)
@@ -308,7 +316,7 @@ dice::middleware train_step(std::shared_ptr<shared_run> run, q_network net) {
       window_lag_count = 0;
     }
   };
-  auto st = std::make_shared<state>(std::move(run), std::move(net));
+  auto st = std::make_shared<state>(std::move(run), std::move(net), node);
   dice::middleware m;
   m.name = "train";
   m.attach = [st](dice::node_services& svc) {
@@ -322,9 +330,8 @@ dice::middleware train_step(std::shared_ptr<shared_run> run, q_network net) {
     }
     auto batches = dice::unpack<transition_batch>(ctx.trajectories);
     if (!batches) {
-      dice::log::error(learner_node,
-                       "dropped bad trajectories: "
-                         + dice::render(batches.error()));
+      dice::log::error(
+        st->node, "dropped bad trajectories: " + dice::render(batches.error()));
       return dice::proceed;
     }
     // Lag: how many models this learner sent since the one that acted
@@ -382,16 +389,19 @@ dice::middleware train_step(std::shared_ptr<shared_run> run, q_network net) {
 
 /// Runs greedy episodes every eval_every learner steps; keeps best.pt and
 /// ends the run at the stop value.
-dice::middleware eval_step(std::shared_ptr<shared_run> run, q_network net) {
+dice::middleware eval_step(std::shared_ptr<shared_run> run, q_network net,
+                           std::uint32_t node) {
   struct state {
     std::shared_ptr<shared_run> run;
     q_network net;
+    std::uint32_t node = 0;
     dice::node_services* svc = nullptr;
     std::uint64_t evals = 0;
   };
   auto st = std::make_shared<state>();
   st->run = std::move(run);
   st->net = std::move(net);
+  st->node = node;
   dice::middleware m;
   m.name = "evaluate";
   m.attach = [st](dice::node_services& svc) {
@@ -399,7 +409,9 @@ dice::middleware eval_step(std::shared_ptr<shared_run> run, q_network net) {
   };
   m.before = [st](dice::context& ctx) -> dice::step {
     auto& run = *st->run;
-    if (ctx.total_step == 0) {
+    // On a learner that also evaluates (a 2-node cluster) train_step has
+    // already restored the counters.
+    if (ctx.total_step == 0 && !st->svc->roles().has(dice::role::learner)) {
       ctx.env_step += run.resume_env_step;
       ctx.train_iter = std::max(ctx.train_iter, run.resume_train_iter);
     }
@@ -437,7 +449,7 @@ dice::middleware eval_step(std::shared_ptr<shared_run> run, q_network net) {
         run.solve_env_steps = pt.env_step;
       }
     }
-    run.write_metrics(evaluator_node, "evaluator",
+    run.write_metrics(st->node, "evaluator",
                       json_line{}
                         .add("train_iter", pt.train_iter)
                         .add("env_step", pt.env_step)
@@ -449,7 +461,7 @@ dice::middleware eval_step(std::shared_ptr<shared_run> run, q_network net) {
     // line at info level (the progress line shows the latest return).
     dice::log::write(
       best || solved ? dice::log::level::info : dice::log::level::debug,
-      evaluator_node,
+      st->node,
       "eval at train_iter " + std::to_string(pt.train_iter) + ", env_step "
         + std::to_string(pt.env_step) + ": return " + fixed(pt.mean) + " (min "
         + fixed(pt.min, 0) + ", max " + fixed(pt.max, 0) + ")"
@@ -465,12 +477,12 @@ dice::middleware eval_step(std::shared_ptr<shared_run> run, q_network net) {
                .str()
           << '\n';
       } catch (const std::exception& e) {
-        dice::log::error(evaluator_node,
+        dice::log::error(st->node,
                          std::string{"cannot write best.pt: "} + e.what());
       }
     }
     if (solved && !st->svc->finished()) {
-      dice::log::info(evaluator_node,
+      dice::log::info(st->node,
                       "stop value " + fixed(run.opts.stop_value)
                         + " reached after " + fixed(pt.seconds, 2) + " s");
       st->svc->request_finish("stop_value");
@@ -483,7 +495,7 @@ dice::middleware eval_step(std::shared_ptr<shared_run> run, q_network net) {
 // -- plot ---------------------------------------------------------------------
 
 /// Writes OUT/eval_return.dat and, if gnuplot is installed, the PNG.
-void write_plot(const shared_run& run) {
+void write_plot(const shared_run& run, std::uint32_t node) {
   auto dat = path_in(run.opts, "eval_return.dat");
   {
     std::ofstream f{dat};
@@ -495,15 +507,14 @@ void write_plot(const shared_run& run) {
   if (!run.opts.plot || run.evals.empty())
     return;
   if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) {
-    dice::log::warning(evaluator_node,
-                       "gnuplot not found: skipped eval_return.png (data in "
-                         + dat + ")");
+    dice::log::warning(
+      node, "gnuplot not found: skipped eval_return.png (data in " + dat + ")");
     return;
   }
   auto png = path_in(run.opts, "eval_return.png");
   auto* gp = popen("gnuplot", "w");
   if (gp == nullptr) {
-    dice::log::warning(evaluator_node, "cannot start gnuplot: no plot");
+    dice::log::warning(node, "cannot start gnuplot: no plot");
     return;
   }
   std::ostringstream s;
@@ -530,9 +541,9 @@ void write_plot(const shared_run& run) {
   auto script = s.str();
   std::fwrite(script.data(), 1, script.size(), gp);
   if (pclose(gp) != 0)
-    dice::log::warning(evaluator_node, "gnuplot failed: check " + png);
+    dice::log::warning(node, "gnuplot failed: check " + png);
   else
-    dice::log::info(evaluator_node, "wrote " + png);
+    dice::log::info(node, "wrote " + png);
 }
 
 q_network make_net(const run_options& opts, const std::string& resume_from) {
@@ -542,12 +553,15 @@ q_network make_net(const run_options& opts, const std::string& resume_from) {
   return net;
 }
 
-} // namespace
-
-caf::expected<run_summary> run_training(caf::actor_system& sys,
-                                        const run_options& opts) {
-  auto run = std::make_shared<shared_run>();
-  run->opts = opts;
+/// Creates OUT, reads the resume point and opens the metrics file
+/// `metrics_name`; returns the checkpoint to start from ("" for none). A
+/// resumed run needs OUT/latest.pt only where `need_checkpoint` (the
+/// learner): other nodes of a cluster get the learner's model anyway.
+caf::expected<std::string> open_outputs(shared_run& run,
+                                        const std::string& metrics_name,
+                                        bool need_checkpoint,
+                                        std::uint32_t node) {
+  auto& opts = run.opts;
   std::error_code ec;
   std::filesystem::create_directories(opts.out, ec);
   if (ec)
@@ -556,9 +570,12 @@ caf::expected<run_summary> run_training(caf::actor_system& sys,
   std::string resume_from;
   if (opts.resume) {
     resume_from = path_in(opts, "latest.pt");
-    if (!std::filesystem::exists(resume_from))
-      return dice::make_error(dice::errc::invalid_config,
-                              "--resume: " + resume_from + " does not exist");
+    if (!std::filesystem::exists(resume_from)) {
+      if (need_checkpoint)
+        return dice::make_error(dice::errc::invalid_config,
+                                "--resume: " + resume_from + " does not exist");
+      resume_from.clear();
+    }
     std::ifstream f{path_in(opts, "latest.json")};
     std::string text{std::istreambuf_iterator<char>{f}, {}};
     long long env_step = 0;
@@ -566,25 +583,107 @@ caf::expected<run_summary> run_training(caf::actor_system& sys,
     if (std::sscanf(text.c_str(), "{\"env_step\": %lld, \"train_iter\": %lld}",
                     &env_step, &train_iter)
         == 2) {
-      run->resume_env_step = env_step;
-      run->resume_train_iter = train_iter;
+      run.resume_env_step = env_step;
+      run.resume_train_iter = train_iter;
     }
     // best.pt is only replaced by a model that beats the one it holds.
     std::ifstream bf{path_in(opts, "best.json")};
     std::string best_text{std::istreambuf_iterator<char>{bf}, {}};
     double best = 0;
     if (std::sscanf(best_text.c_str(), "{\"eval_return\": %lf", &best) == 1)
-      run->best = best;
-    dice::log::info(learner_node,
-                    "resuming from " + resume_from + " (env_step "
-                      + std::to_string(env_step) + ", train_iter "
-                      + std::to_string(train_iter) + ")");
+      run.best = best;
+    dice::log::info(node,
+                    "resuming from "
+                      + (resume_from.empty() ? std::string{"the learner"}
+                                             : resume_from)
+                      + " (env_step " + std::to_string(env_step)
+                      + ", train_iter " + std::to_string(train_iter) + ")");
   }
-  run->metrics.open(path_in(opts, "metrics.jsonl"),
-                    opts.resume ? std::ios::app : std::ios::trunc);
-  if (!run->metrics)
+  run.metrics.open(path_in(opts, metrics_name),
+                   opts.resume ? std::ios::app : std::ios::trunc);
+  if (!run.metrics)
     return dice::make_error(dice::errc::invalid_config,
-                            "cannot write " + path_in(opts, "metrics.jsonl"));
+                            "cannot write " + path_in(opts, metrics_name));
+  return resume_from;
+}
+
+/// The learner's model exchanger: per iteration, or periodical (send).
+dice::middleware learner_models(q_network net, const run_options& opts) {
+  if (!opts.periodical)
+    return dice::model_exchanger(dice::model_port_of(net.ptr()));
+  dice::periodical_model_exchanger_options send_opts;
+  send_opts.mode = dice::exchange_mode::send;
+  send_opts.period = opts.model_period;
+  return dice::periodical_model_exchanger(dice::model_port_of(net.ptr()),
+                                          send_opts);
+}
+
+/// A collector's model exchanger: per iteration, or periodical (receive).
+dice::middleware collector_models(q_network net, const run_options& opts) {
+  auto port = dice::model_port_of(net.ptr());
+  if (!opts.periodical)
+    return dice::model_exchanger(port);
+  dice::periodical_model_exchanger_options recv;
+  recv.mode = dice::exchange_mode::receive;
+  recv.period = opts.model_period;
+  recv.stale_toleration = opts.stale_toleration;
+  return dice::periodical_model_exchanger(port, recv);
+}
+
+/// Copies what `run` recorded (evaluations, solve point, lag) into `sum`.
+void collect_results(shared_run& run, run_summary& sum) {
+  std::lock_guard<std::mutex> guard{run.mtx};
+  sum.evals = run.evals;
+  sum.best_eval = run.best;
+  if (!run.evals.empty())
+    sum.last_eval = run.evals.back().mean;
+  sum.solved = run.solve_seconds >= 0;
+  sum.solve_seconds = run.solve_seconds;
+  sum.solve_env_steps = run.solve_env_steps;
+  if (run.lag_count > 0) {
+    sum.lag_min = static_cast<double>(run.lag_min);
+    sum.lag_max = static_cast<double>(run.lag_max);
+    sum.lag_mean = run.lag_sum / static_cast<double>(run.lag_count);
+  }
+}
+
+/// Writes `sum` as one JSON object to OUT/`name`.
+void write_summary(const run_options& opts, const run_summary& sum,
+                   const std::string& name) {
+  json_line line;
+  if (!sum.roles.empty())
+    line.add("node", static_cast<std::int64_t>(sum.node))
+      .add("roles", sum.roles);
+  line.add("solved", static_cast<std::int64_t>(sum.solved))
+    .add("solve_seconds", sum.solve_seconds)
+    .add("solve_env_steps", sum.solve_env_steps)
+    .add("best_eval", sum.best_eval)
+    .add("last_eval", sum.last_eval)
+    .add("evaluations", static_cast<std::int64_t>(sum.evals.size()))
+    .add("env_steps", sum.env_steps)
+    .add("train_iters", sum.train_iters)
+    .add("learner_iterations", sum.learner_iterations)
+    .add("seconds", sum.seconds)
+    .add("env_steps_per_s", sum.env_steps_per_s())
+    .add("train_iters_per_s", sum.train_iters_per_s())
+    .add("lag_min", sum.lag_min)
+    .add("lag_mean", sum.lag_mean)
+    .add("lag_max", sum.lag_max)
+    .add("stop_reason", sum.stop_reason);
+  std::ofstream f{path_in(opts, name)};
+  f << line.str() << '\n';
+}
+
+} // namespace
+
+caf::expected<run_summary> run_training(caf::actor_system& sys,
+                                        const run_options& opts) {
+  auto run = std::make_shared<shared_run>();
+  run->opts = opts;
+  auto resume = open_outputs(*run, "metrics.jsonl", true, learner_node);
+  if (!resume)
+    return resume.error();
+  auto resume_from = *resume;
   run->tty = opts.progress && isatty(STDERR_FILENO) != 0;
   // On a terminal the progress line is redrawn in place; log lines clear it
   // first and redraw it after.
@@ -622,34 +721,16 @@ caf::expected<run_summary> run_training(caf::actor_system& sys,
         .use(std::move(work));
       nodes.push_back(dice::local_node{id, {r}, std::move(p)});
     };
-    dice::periodical_model_exchanger_options send_opts;
-    send_opts.mode = dice::exchange_mode::send;
-    send_opts.period = opts.model_period;
-    auto learner_models = opts.periodical
-      ? dice::periodical_model_exchanger(dice::model_port_of(learner_net.ptr()),
-                                         send_opts)
-      : dice::model_exchanger(dice::model_port_of(learner_net.ptr()));
-    add(learner_node, dice::role::learner, std::move(learner_models),
-        train_step(run, learner_net));
+    add(learner_node, dice::role::learner, learner_models(learner_net, opts),
+        train_step(run, learner_net, learner_node));
     add(evaluator_node, dice::role::evaluator,
         dice::model_exchanger(dice::model_port_of(eval_net.ptr())),
-        eval_step(run, eval_net));
+        eval_step(run, eval_net, evaluator_node));
     for (std::uint32_t i = 0; i < opts.collectors; ++i) {
       auto id = first_collector_node + i;
       auto net = make_net(opts, resume_from);
       hard_update(*net, *learner_net);
-      auto port = dice::model_port_of(net.ptr());
-      dice::middleware models;
-      if (opts.periodical) {
-        dice::periodical_model_exchanger_options recv;
-        recv.mode = dice::exchange_mode::receive;
-        recv.period = opts.model_period;
-        recv.stale_toleration = opts.stale_toleration;
-        models = dice::periodical_model_exchanger(port, recv);
-      } else {
-        models = dice::model_exchanger(port);
-      }
-      add(id, dice::role::collector, std::move(models),
+      add(id, dice::role::collector, collector_models(net, opts),
           collect_step(run, net, id));
     }
   } catch (const std::exception& e) {
@@ -691,43 +772,107 @@ caf::expected<run_summary> run_training(caf::actor_system& sys,
     }
     dice::log::info(rep.node, "report " + dice::to_json(rep));
   }
-  {
-    std::lock_guard<std::mutex> guard{run->mtx};
-    sum.evals = run->evals;
-    sum.best_eval = run->best;
-    if (!run->evals.empty())
-      sum.last_eval = run->evals.back().mean;
-    sum.solved = run->solve_seconds >= 0;
-    sum.solve_seconds = run->solve_seconds;
-    sum.solve_env_steps = run->solve_env_steps;
-    if (run->lag_count > 0) {
-      sum.lag_min = static_cast<double>(run->lag_min);
-      sum.lag_max = static_cast<double>(run->lag_max);
-      sum.lag_mean = run->lag_sum / static_cast<double>(run->lag_count);
+  collect_results(*run, sum);
+  write_plot(*run, evaluator_node);
+  write_summary(opts, sum, "summary.json");
+  return sum;
+}
+
+std::uint32_t default_collectors(std::uint32_t workers) {
+  std::uint32_t n = 0;
+  for (std::uint32_t i = 0; i < workers; ++i)
+    if (dice::default_roles(i, workers).has(dice::role::collector))
+      ++n;
+  return n;
+}
+
+caf::expected<run_summary> run_node(caf::actor_system& sys,
+                                    const run_options& opts,
+                                    const dice::node_config& cfg) {
+  auto run = std::make_shared<shared_run>();
+  run->opts = opts;
+  run->distributed = true;
+  auto roles = cfg.roles.empty() ? dice::default_roles(cfg.index, cfg.workers)
+                                 : cfg.roles;
+  auto id = cfg.id;
+  // One pipeline per process; a node with several roles runs the first of
+  // learner, evaluator, collector (the exchangers serve one role well).
+  auto role = roles.has(dice::role::learner) ? dice::role::learner
+    : roles.has(dice::role::evaluator)       ? dice::role::evaluator
+                                             : dice::role::collector;
+  // Without an evaluator node (a 2-node cluster) the learner evaluates, so
+  // the stop value still ends the run.
+  bool evaluates = role == dice::role::evaluator
+    || (role == dice::role::learner && cfg.workers == 2);
+  auto resume = open_outputs(*run, "metrics-" + std::to_string(id) + ".jsonl",
+                             role == dice::role::learner, id);
+  if (!resume)
+    return resume.error();
+  auto node = dice::node::start(sys, cfg);
+  if (!node)
+    return node.error();
+  dice::pipeline pipe;
+  try {
+    // Same seed, same construction: every process starts from the same
+    // weights as the learner (the in-process run copies them instead).
+    torch::manual_seed(opts.seed);
+    auto net = make_net(opts, *resume);
+    // A restarted learner greets collectors that wait for its model (they
+    // would otherwise wait for data while it waits for theirs).
+    if (role == dice::role::learner)
+      pipe.use(dice::learner_hello(dice::model_port_of(net.ptr())));
+    pipe.use(dice::context_exchanger());
+    switch (role) {
+      case dice::role::learner:
+        pipe.use(learner_models(net, opts)).use(train_step(run, net, id));
+        if (evaluates)
+          pipe.use(eval_step(run, net, id));
+        break;
+      case dice::role::evaluator:
+        pipe.use(dice::model_exchanger(dice::model_port_of(net.ptr())))
+          .use(eval_step(run, net, id));
+        break;
+      default:
+        pipe.use(collector_models(net, opts)).use(collect_step(run, net, id));
     }
+  } catch (const std::exception& e) {
+    node->stop();
+    return dice::make_error(dice::errc::invalid_config,
+                            std::string{"cannot build the node: "} + e.what());
   }
-  write_plot(*run);
-  {
-    std::ofstream f{path_in(opts, "summary.json")};
-    f << json_line{}
-           .add("solved", static_cast<std::int64_t>(sum.solved))
-           .add("solve_seconds", sum.solve_seconds)
-           .add("solve_env_steps", sum.solve_env_steps)
-           .add("best_eval", sum.best_eval)
-           .add("last_eval", sum.last_eval)
-           .add("env_steps", sum.env_steps)
-           .add("train_iters", sum.train_iters)
-           .add("learner_iterations", sum.learner_iterations)
-           .add("seconds", sum.seconds)
-           .add("env_steps_per_s", sum.env_steps_per_s())
-           .add("train_iters_per_s", sum.train_iters_per_s())
-           .add("lag_min", sum.lag_min)
-           .add("lag_mean", sum.lag_mean)
-           .add("lag_max", sum.lag_max)
-           .add("stop_reason", sum.stop_reason)
-           .str()
-      << '\n';
-  }
+  dice::log::info(id,
+                  std::string{"DQN on CartPole-v1: node "} + std::to_string(id)
+                    + " of " + std::to_string(cfg.workers) + ", "
+                    + dice::to_string(dice::role_set{role})
+                    + (role == dice::role::collector ? " with "
+                           + std::to_string(opts.envs_per_collector) + " envs"
+                                                     : std::string{})
+                    + ", seed " + std::to_string(opts.seed) + ", out "
+                    + opts.out);
+  dice::node_run_options nro;
+  if (opts.max_seconds > 0)
+    nro.deadline = std::chrono::duration_cast<caf::timespan>(
+      std::chrono::duration<double>(opts.max_seconds + 120));
+  run->start = clock_type::now();
+  auto rep = node->run(std::move(pipe), nro);
+  node->stop();
+  if (!rep)
+    return rep.error();
+  run_summary sum;
+  sum.node = id;
+  sum.roles = dice::to_string(dice::role_set{role});
+  sum.seconds = run->seconds();
+  sum.resumed_env_steps = role == dice::role::collector ? 0
+                                                        : run->resume_env_step;
+  sum.resumed_train_iters = run->resume_train_iter;
+  sum.env_steps = rep->env_step;
+  sum.train_iters = rep->train_iter;
+  sum.learner_iterations = role == dice::role::learner ? rep->iterations : 0;
+  sum.stop_reason = rep->stop_reason;
+  collect_results(*run, sum);
+  if (evaluates)
+    write_plot(*run, id);
+  write_summary(opts, sum, "summary-" + std::to_string(id) + ".json");
   return sum;
 }
 
@@ -751,7 +896,16 @@ void set_threads(int n) {
 
 std::string to_string(const run_summary& x) {
   std::ostringstream os;
-  os << "== DQN CartPole-v1 summary ==\n"
+  if (x.roles == "collector")
+    // A collector knows only its own steps.
+    return "== DQN CartPole-v1, node " + std::to_string(x.node)
+      + " (collector) ==\nenv steps:         " + std::to_string(x.env_steps)
+      + " (" + fixed(x.env_steps_per_s(), 0) + "/s)\nstop reason:       "
+      + x.stop_reason + "\nwall time:         " + fixed(x.seconds, 2) + " s\n";
+  os << "== DQN CartPole-v1 summary";
+  if (!x.roles.empty())
+    os << ", node " << x.node << " (" << x.roles << ")";
+  os << " ==\n"
      << "solved:            "
      << (x.solved ? "yes, after " + fixed(x.solve_seconds, 2) + " s and "
              + std::to_string(x.solve_env_steps) + " env steps"

@@ -1,0 +1,194 @@
+#pragma once
+
+// A child process for multi-process tests: its stdout and stderr (merged)
+// are read line by line; every wait has a deadline, nothing sleeps.
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <chrono>
+#include <csignal>
+#include <cstdlib>
+#include <optional>
+#include <regex>
+#include <string>
+#include <vector>
+
+namespace dice::test {
+
+/// A child process whose merged output the test reads.
+class child_process {
+ public:
+  using clock_type = std::chrono::steady_clock;
+
+  /// Starts `argv` (argv[0]: a path) with `env` ("NAME=value") added to the
+  /// environment. The child dies with the test (PR_SET_PDEATHSIG).
+  explicit child_process(std::vector<std::string> argv,
+                         std::vector<std::string> env = {}) {
+    int fds[2];
+    if (::pipe(fds) != 0)
+      return;
+    auto parent = ::getpid();
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (::getppid() != parent)
+        ::_exit(127);
+      ::dup2(fds[1], STDOUT_FILENO);
+      ::dup2(fds[1], STDERR_FILENO);
+      ::close(fds[0]);
+      ::close(fds[1]);
+      for (auto& e : env)
+        ::putenv(const_cast<char*>(e.c_str()));
+      std::vector<char*> args;
+      for (auto& a : argv)
+        args.push_back(const_cast<char*>(a.c_str()));
+      args.push_back(nullptr);
+      ::execvp(args[0], args.data());
+      ::_exit(127);
+    }
+    ::close(fds[1]);
+    fd_ = fds[0];
+  }
+
+  child_process(const child_process&) = delete;
+  child_process& operator=(const child_process&) = delete;
+
+  /// Kills a child that is still running.
+  ~child_process() {
+    if (pid_ > 0 && !code_) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+    if (fd_ >= 0)
+      ::close(fd_);
+  }
+
+  /// Reads output until `pattern` matches a line not matched before; false
+  /// at the deadline or at the end of the output.
+  bool wait_for(const std::regex& pattern, std::chrono::milliseconds timeout,
+                std::smatch* match = nullptr) {
+    auto deadline = clock_type::now() + timeout;
+    for (;;) {
+      while (scanned_ < lines_.size()) {
+        std::smatch m;
+        auto& line = lines_[scanned_++];
+        if (std::regex_search(line, m, pattern)) {
+          if (match)
+            *match = m;
+          return true;
+        }
+      }
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - clock_type::now());
+      if (left.count() <= 0 || !read_some(left))
+        return false;
+    }
+  }
+
+  /// Waits for the exit code; nullopt at the deadline.
+  std::optional<int> wait_exit(std::chrono::milliseconds timeout) {
+    auto deadline = clock_type::now() + timeout;
+    while (!code_) {
+      int status = 0;
+      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+        code_ = WIFEXITED(status) ? WEXITSTATUS(status)
+                                  : 128 + WTERMSIG(status);
+        break;
+      }
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - clock_type::now());
+      if (left.count() <= 0)
+        return std::nullopt;
+      // Reading keeps the pipe from filling up; at EOF the child is about
+      // to be reaped, so poll it with a short wait.
+      if (!read_some(std::min(left, std::chrono::milliseconds{50})))
+        ::poll(nullptr, 0, 5);
+    }
+    while (read_some(std::chrono::milliseconds{0}))
+      ; // collect the rest
+    return code_;
+  }
+
+  /// Sends `sig`.
+  void kill(int sig) {
+    if (pid_ > 0 && !code_)
+      ::kill(pid_, sig);
+  }
+
+  /// The process id.
+  pid_t pid() const noexcept {
+    return pid_;
+  }
+
+  /// Every line read so far.
+  const std::vector<std::string>& lines() const noexcept {
+    return lines_;
+  }
+
+  /// All output so far, for failure messages.
+  std::string text() const {
+    std::string result;
+    for (auto& l : lines_)
+      result += l + "\n";
+    return result;
+  }
+
+ private:
+  bool read_some(std::chrono::milliseconds timeout) {
+    if (fd_ < 0)
+      return false;
+    pollfd p{fd_, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(timeout.count())) <= 0)
+      return false;
+    char buf[8192];
+    auto n = ::read(fd_, buf, sizeof(buf));
+    if (n <= 0) {
+      ::close(fd_);
+      fd_ = -1;
+      return false;
+    }
+    partial_.append(buf, static_cast<std::size_t>(n));
+    std::size_t pos;
+    while ((pos = partial_.find('\n')) != std::string::npos) {
+      lines_.push_back(partial_.substr(0, pos));
+      partial_.erase(0, pos + 1);
+    }
+    return true;
+  }
+
+  pid_t pid_ = -1;
+  int fd_ = -1;
+  std::string partial_;
+  std::vector<std::string> lines_;
+  std::size_t scanned_ = 0;
+  std::optional<int> code_;
+};
+
+/// The integer after `"name":` in a JSON line (-1: absent).
+inline long json_int(const std::string& line, const std::string& name) {
+  std::smatch m;
+  std::regex re{"\"" + name + "\": ?(-?[0-9]+)"};
+  return std::regex_search(line, m, re) ? std::stol(m[1]) : -1;
+}
+
+/// The number after `"name":` in a JSON line (NaN: absent or null).
+inline double json_num(const std::string& line, const std::string& name) {
+  std::smatch m;
+  std::regex re{"\"" + name + "\": ?(-?[0-9.eE+-]+)"};
+  return std::regex_search(line, m, re) ? std::stod(m[1]) : std::nan("");
+}
+
+/// The string after `"name":` in a JSON line ("": absent).
+inline std::string json_str(const std::string& line, const std::string& name) {
+  std::smatch m;
+  std::regex re{"\"" + name + "\": ?\"([^\"]*)\""};
+  return std::regex_search(line, m, re) ? m[1].str() : "";
+}
+
+} // namespace dice::test
