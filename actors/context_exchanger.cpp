@@ -5,6 +5,8 @@
 #include "dice/log.hpp"
 #include "dice/messages/context_delta.hpp"
 
+#include "loader_bridge.hpp"
+
 #include "caf/make_message.hpp"
 
 namespace dice {
@@ -39,6 +41,7 @@ struct exchanger_state {
   std::int64_t sent_env_step = 0;
   std::int64_t sent_env_episode = 0;
   std::uint64_t seq = 0;
+  detail::role_handles handles;
 
   bool has(role r) const {
     return roles.has(r);
@@ -158,6 +161,17 @@ struct exchanger_state {
     d.seq = ++seq;
     d.sender_roles = roles;
     d.model_version = ctx.model_version;
+    if (opts.storage_loader && handles.bus && has(role::collector)) {
+      // DI-engine's `storage_loader.save(payload)`, off this actor: the
+      // loader stores the delta and publishes the reference per topic.
+      std::vector<std::string> topics;
+      for (auto r : all_roles)
+        if (has(r))
+          topics.push_back(context_topic(r));
+      caf::anon_send(opts.storage_loader, save_atom::value, std::move(d),
+                     handles.bus, std::move(topics));
+      return;
+    }
     for (auto r : all_roles) {
       if (!has(r))
         continue;
@@ -187,6 +201,7 @@ middleware context_exchanger(context_exchanger_options opts) {
                    "Use multiple roles in one exchanger may lead to "
                    "unexpected result, please check your code.");
     st->active = true;
+    st->handles = detail::handles_of(svc);
     // Subscribe to every role this node does not have.
     for (auto r : all_roles) {
       if (st->has(r))
@@ -194,6 +209,9 @@ middleware context_exchanger(context_exchanger_options opts) {
       svc.subscribe(context_topic(r), [st](const caf::type_erased_tuple& msg) {
         if (msg.match_elements<std::string, context_delta>())
           st->put(msg.get_as<context_delta>(1));
+        else
+          detail::forward_storage_ref(*st->svc, st->opts.storage_loader,
+                                      st->handles.self, msg);
       });
     }
   };
@@ -204,6 +222,10 @@ middleware context_exchanger(context_exchanger_options opts) {
   result.on_stop = [st](context& ctx) {
     if (st->active && st->box.any)
       st->merge(ctx);
+    // DI-engine: shutdown on task.once("finish").
+    if (st->opts.storage_loader)
+      caf::anon_send_exit(st->opts.storage_loader,
+                          caf::exit_reason::user_shutdown);
   };
   return result;
 }

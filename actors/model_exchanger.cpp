@@ -4,6 +4,7 @@
 
 #include "dice/log.hpp"
 
+#include "loader_bridge.hpp"
 #include "model_cache.hpp"
 
 #include "caf/make_message.hpp"
@@ -20,6 +21,7 @@ struct exchanger_state {
   bool is_learner = false;
   detail::model_cache cache;
   std::int64_t sent = 0;
+  detail::role_handles handles;
 
   // DI-engine's `_update_model`, as a wait instead of a polling loop.
   step update(context& ctx, caf::actor_clock::time_point start) {
@@ -67,11 +69,21 @@ middleware model_exchanger(model_port_ptr model, model_exchanger_options opts) {
                    "unexpected result, please check your code.");
     st->active = true;
     st->is_learner = roles.has(role::learner);
+    st->handles = detail::handles_of(svc);
     if (!st->is_learner)
       svc.subscribe(model_topic, [st](const caf::type_erased_tuple& msg) {
         if (auto x = detail::model_cache::unwrap(msg))
           st->cache.offer(*st->svc, *x);
+        else
+          detail::forward_storage_ref(*st->svc, st->opts.model_loader,
+                                      st->handles.self, msg);
       });
+  };
+  result.on_stop = [st](context&) {
+    // DI-engine: task.once("finish", model_loader.shutdown).
+    if (st->opts.model_loader)
+      caf::anon_send_exit(st->opts.model_loader,
+                          caf::exit_reason::user_shutdown);
   };
   result.before = [st](context& ctx) -> step {
     if (!st->active || st->is_learner || st->svc->finished())
@@ -97,6 +109,13 @@ middleware model_exchanger(model_port_ptr model, model_exchanger_options opts) {
     ++st->sent;
     ++st->svc->report().models_sent;
     ctx.model_version = snap->version;
+    if (st->opts.model_loader && st->handles.bus) {
+      // The loader stores it off this actor and publishes the reference.
+      caf::anon_send(st->opts.model_loader, save_atom::value,
+                     std::move(*snap), st->handles.bus,
+                     std::vector<std::string>{model_topic});
+      return;
+    }
     st->svc->publish(model_topic,
                      caf::make_message(std::string{model_topic},
                                        std::move(*snap)));

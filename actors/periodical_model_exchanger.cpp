@@ -5,6 +5,7 @@
 #include "dice/errc.hpp"
 #include "dice/log.hpp"
 
+#include "loader_bridge.hpp"
 #include "model_cache.hpp"
 
 #include "caf/make_message.hpp"
@@ -32,6 +33,7 @@ struct exchanger_state {
   std::int64_t id_counter = 0;
   // DI-engine's `_model_stale`: iterations the loaded model has served.
   std::int64_t stale = 0;
+  detail::role_handles handles;
 
   bool fresh(caf::actor_clock::time_point since) const {
     if (opts.delay_toleration == caf::timespan::max())
@@ -108,11 +110,20 @@ middleware periodical_model_exchanger(model_port_ptr model,
     st->svc = &svc;
     // DI-engine never initialised `_time`; dice starts it at attach time.
     st->cache.arrived = svc.now();
+    st->handles = detail::handles_of(svc);
     if (st->opts.mode == exchange_mode::receive)
       svc.subscribe(st->opts.event_name, [st](const caf::type_erased_tuple& msg) {
         if (auto x = detail::model_cache::unwrap(msg))
           st->on_model(*x);
+        else
+          detail::forward_storage_ref(*st->svc, st->opts.model_loader,
+                                      st->handles.self, msg);
       });
+  };
+  result.on_stop = [st](context&) {
+    if (st->opts.model_loader)
+      caf::anon_send_exit(st->opts.model_loader,
+                          caf::exit_reason::user_shutdown);
   };
   result.before = [st](context& ctx) -> step {
     if (st->opts.mode != exchange_mode::receive || ctx.total_step == 0
@@ -129,9 +140,14 @@ middleware periodical_model_exchanger(model_port_ptr model,
       if (snap) {
         ++st->svc->report().models_sent;
         ctx.model_version = snap->version;
-        st->svc->publish(st->opts.event_name,
-                         caf::make_message(st->opts.event_name,
-                                           std::move(*snap)));
+        if (st->opts.model_loader && st->handles.bus)
+          caf::anon_send(st->opts.model_loader, save_atom::value,
+                         std::move(*snap), st->handles.bus,
+                         std::vector<std::string>{st->opts.event_name});
+        else
+          st->svc->publish(st->opts.event_name,
+                           caf::make_message(st->opts.event_name,
+                                             std::move(*snap)));
       } else {
         log::error(st->svc->node_id(),
                    "cannot snapshot the model: " + render(snap.error()));

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <string>
 
+#include "dice/actors/storage_loader.hpp"
 #include "dice/middleware.hpp"
 #include "dice/role.hpp"
 
@@ -21,6 +22,11 @@ struct context_exchanger_options {
   /// How long a learner waits for context. DI-engine waits forever; dice
   /// warns after this deadline and goes on (and always stops on finish).
   caf::timespan learner_timeout = std::chrono::seconds{60};
+  /// DI-engine's `storage_loader=`: when set, a collector's context goes to
+  /// this loader, which stores it and publishes only a storage_ref
+  /// (off the role actor: DI-engine saved synchronously); receivers load
+  /// references through their own loader. Null: context travels on the bus.
+  storage_loader_actor storage_loader;
 };
 
 /// The event (topic) a node with role `r` emits its context on:

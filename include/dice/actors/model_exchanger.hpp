@@ -2,6 +2,7 @@
 
 #include <chrono>
 
+#include "dice/actors/model_loader.hpp"
 #include "dice/middleware.hpp"
 #include "dice/model.hpp"
 
@@ -13,6 +14,11 @@ namespace dice {
 struct model_exchanger_options {
   /// How long a non-learner waits for a newer model (DI-engine: 60 s).
   caf::timespan timeout = std::chrono::seconds{60};
+  /// DI-engine's `model_loader=`: when set, the learner hands snapshots to
+  /// this loader, which stores them and publishes only a storage_ref;
+  /// receivers load references through their own loader. Null: snapshots
+  /// travel on the bus. The exchanger stops the loader when the node stops.
+  model_loader_actor model_loader;
 };
 
 /// The topic models travel on.

@@ -5,6 +5,7 @@
 #include <string>
 #include <string_view>
 
+#include "dice/actors/model_loader.hpp"
 #include "dice/middleware.hpp"
 #include "dice/model.hpp"
 
@@ -37,6 +38,10 @@ struct periodical_model_exchanger_options {
   std::string event_name = "model_exchanger";
   /// How long a receiver waits for a model (DI-engine: 60 s).
   caf::timespan timeout = std::chrono::seconds{60};
+  /// DI-engine's `model_loader=` (see model_exchanger_options). Unlike
+  /// DI-engine, the stored snapshot keeps its id and time, so this path
+  /// works.
+  model_loader_actor model_loader;
 };
 
 /// DI-engine's PeriodicalModelExchanger, without its spinning: a cached

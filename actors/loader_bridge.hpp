@@ -1,0 +1,63 @@
+#pragma once
+
+// Internal: how exchangers reach a loader (DI-engine's `storage_loader=` /
+// `model_loader=`) without blocking the role actor. The loader answers
+// with a message on the exchanger's own topic, so the exchanger's handler
+// sees a loaded item exactly like one that came over the bus.
+
+#include "dice/actors/role_actor.hpp"
+#include "dice/log.hpp"
+#include "dice/messages/storage_ref.hpp"
+#include "dice/middleware.hpp"
+
+#include "caf/actor_cast.hpp"
+#include "caf/send.hpp"
+#include "caf/type_erased_tuple.hpp"
+
+#include <string>
+
+namespace dice::detail {
+
+/// The role actor and bus behind a node_services.
+struct role_handles {
+  /// The role actor (receives what a loader loaded).
+  caf::actor self;
+  /// Its bus (a loader publishes the storage_ref it saved there).
+  caf::actor bus;
+};
+
+/// Handles of the role actor `svc` belongs to (null outside a role actor).
+inline role_handles handles_of(node_services& svc) {
+  role_handles result;
+  if (auto rs = dynamic_cast<role_state*>(&svc)) {
+    result.self = caf::actor_cast<caf::actor>(rs->self);
+    result.bus = caf::actor_cast<caf::actor>(rs->cfg.bus);
+  }
+  return result;
+}
+
+/// If `msg` is `(topic, storage_ref)`: asks `loader` to load it and send
+/// `(topic, item)` back to `self`, and returns true. Without a loader the
+/// reference is dropped with DI-engine's message (it raised instead).
+template <class Loader>
+bool forward_storage_ref(node_services& svc, const Loader& loader,
+                         const caf::actor& self,
+                         const caf::type_erased_tuple& msg) {
+  if (!msg.match_elements<std::string, storage_ref>())
+    return false;
+  auto& topic = msg.get_as<std::string>(0);
+  auto& ref = msg.get_as<storage_ref>(1);
+  if (!loader || !self) {
+    ++svc.report().models_dropped;
+    log::error(svc.node_id(),
+               "Storage loader is not defined when data is a storage object. "
+               "Dropped "
+                 + ref.path + " from node " + std::to_string(ref.origin)
+                 + " on topic '" + topic + "'");
+    return true;
+  }
+  caf::anon_send(loader, load_atom::value, ref, self, topic);
+  return true;
+}
+
+} // namespace dice::detail
