@@ -10,9 +10,9 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <memory>
 #include <cstdio>
 #include <iostream>
+#include <memory>
 #include <optional>
 #include <regex>
 #include <string>
