@@ -101,7 +101,7 @@ model_snapshot small_snapshot() {
   return b.build(2, 77, 9, 123456789);
 }
 
-class messages : public ::testing::Test {
+class Messages : public ::testing::Test {
  protected:
   test_config cfg;
   caf::actor_system sys{cfg};
@@ -180,14 +180,14 @@ class messages : public ::testing::Test {
 
 // -- round trips --------------------------------------------------------------
 
-TEST_F(messages, role_set_round_trips) {
+TEST_F(Messages, RoleSetRoundTrips) {
   check_round_trip(dice::role_set{});
   check_round_trip(dice::role_set{dice::role::learner});
   check_round_trip(dice::role_set{dice::role::collector, dice::role::evaluator,
                                   dice::role::fetcher});
 }
 
-TEST_F(messages, payload_round_trips) {
+TEST_F(Messages, PayloadRoundTrips) {
   check_round_trip(payload{});
   check_round_trip(make_payload(1, 1, 3, 0));
   check_round_trip(make_payload(1000, 17, 4, 42));
@@ -200,7 +200,7 @@ TEST_F(messages, payload_round_trips) {
   EXPECT_FALSE(*decoded == b);
 }
 
-TEST_F(messages, context_delta_with_every_field_set_round_trips) {
+TEST_F(Messages, ContextDeltaWithEveryFieldSetRoundTrips) {
   dice::context_delta x;
   x.sender = 5;
   x.epoch = 1005;
@@ -218,7 +218,7 @@ TEST_F(messages, context_delta_with_every_field_set_round_trips) {
   check_round_trip(x);
 }
 
-TEST_F(messages, context_delta_with_unset_optionals_round_trips) {
+TEST_F(Messages, ContextDeltaWithUnsetOptionalsRoundTrips) {
   dice::context_delta x;
   x.sender = 1;
   x.seq = 1;
@@ -238,32 +238,32 @@ TEST_F(messages, context_delta_with_unset_optionals_round_trips) {
   check_round_trip(dice::context_delta{});
 }
 
-TEST_F(messages, tensor_entry_round_trips) {
+TEST_F(Messages, TensorEntryRoundTrips) {
   check_round_trip(dice::tensor_entry{});
   check_round_trip(
     dice::tensor_entry{"fc1.weight", dice::dtype::bfloat16, {64, 4}, 128, 512});
 }
 
-TEST_F(messages, model_snapshot_round_trips) {
+TEST_F(Messages, ModelSnapshotRoundTrips) {
   check_round_trip(model_snapshot{});
   auto x = small_snapshot();
   ASSERT_FALSE(dice::validate(x));
   check_round_trip(x);
 }
 
-TEST_F(messages, storage_ref_round_trips) {
+TEST_F(Messages, StorageRefRoundTrips) {
   check_round_trip(dice::storage_ref{});
   check_round_trip(dice::storage_ref{dice::storage_kind::shm, "/dice-3-17",
                                      "host-a", 4096, 0xDEADBEEFCAFEull, 3});
 }
 
-TEST_F(messages, finish_round_trips) {
+TEST_F(Messages, FinishRoundTrips) {
   check_round_trip(dice::finish{});
   check_round_trip(dice::finish{4, "max_step", false});
   check_round_trip(dice::finish{2, "collector 2 failed: env crashed", true});
 }
 
-TEST_F(messages, node_report_round_trips) {
+TEST_F(Messages, NodeReportRoundTrips) {
   // node_report has no operator==: compare its JSON rendering.
   dice::node_report x;
   x.node = 3;
@@ -292,7 +292,7 @@ TEST_F(messages, node_report_round_trips) {
   EXPECT_EQ(dice::to_json(*d), dice::to_json(dice::node_report{}));
 }
 
-TEST_F(messages, large_snapshot_comes_back_byte_identical) {
+TEST_F(Messages, LargeSnapshotComesBackByteIdentical) {
   constexpr std::size_t n = 100 * 1000 * 1000;
   auto bytes = pattern(n, 11);
   dice::snapshot_builder b{n};
@@ -320,7 +320,7 @@ TEST_F(messages, large_snapshot_comes_back_byte_identical) {
 
 // -- shared_bytes -------------------------------------------------------------
 
-TEST_F(messages, shared_bytes_copies_share_the_buffer) {
+TEST_F(Messages, SharedBytesCopiesShareTheBuffer) {
   shared_bytes a{pattern(1024)};
   auto first = a.data();
   EXPECT_EQ(a.use_count(), 1);
@@ -345,7 +345,7 @@ TEST_F(messages, shared_bytes_copies_share_the_buffer) {
   EXPECT_FALSE(shared_bytes{pattern(4, 1)} == shared_bytes{pattern(4, 2)});
 }
 
-TEST_F(messages, length_above_max_wire_bytes_is_refused) {
+TEST_F(Messages, LengthAboveMaxWireBytesIsRefused) {
   std::vector<char> buf;
   caf::binary_serializer sink{sys, buf};
   std::size_t n = dice::max_wire_bytes + 1;
@@ -358,7 +358,7 @@ TEST_F(messages, length_above_max_wire_bytes_is_refused) {
   EXPECT_LT(largest_alloc.load(), std::size_t{1} << 20);
 }
 
-TEST_F(messages, length_beyond_the_input_is_refused_before_allocating) {
+TEST_F(Messages, LengthBeyondTheInputIsRefusedBeforeAllocating) {
   // Within the limit, but the frame holds only a few bytes: must not
   // allocate the claimed gigabyte just to find out.
   std::vector<char> buf;
@@ -372,7 +372,7 @@ TEST_F(messages, length_beyond_the_input_is_refused_before_allocating) {
   EXPECT_LT(largest_alloc.load(), std::size_t{1} << 20);
 }
 
-TEST_F(messages, hostile_snapshot_length_is_refused) {
+TEST_F(Messages, HostileSnapshotLengthIsRefused) {
   auto x = small_snapshot();
   // The data length is the varbyte right after the index; rebuild the frame
   // with a huge length in its place.
@@ -390,7 +390,7 @@ TEST_F(messages, hostile_snapshot_length_is_refused) {
 
 // -- validate(model_snapshot) -------------------------------------------------
 
-class validate_snapshot : public ::testing::Test {
+class ValidateSnapshot : public ::testing::Test {
  protected:
   model_snapshot x = small_snapshot();
 
@@ -401,42 +401,42 @@ class validate_snapshot : public ::testing::Test {
   }
 };
 
-TEST_F(validate_snapshot, accepts_a_consistent_snapshot) {
+TEST_F(ValidateSnapshot, AcceptsAConsistentSnapshot) {
   EXPECT_FALSE(dice::validate(x)) << dice::render(dice::validate(x));
   EXPECT_FALSE(dice::validate(model_snapshot{}));
 }
 
-TEST_F(validate_snapshot, rejects_an_unknown_dtype) {
+TEST_F(ValidateSnapshot, RejectsAnUnknownDtype) {
   x.index[0].type = static_cast<dice::dtype>(200);
   expect_rejected("unknown dtype");
 }
 
-TEST_F(validate_snapshot, rejects_a_negative_dimension) {
+TEST_F(ValidateSnapshot, RejectsANegativeDimension) {
   x.index[0].shape = {-3, -4};
   expect_rejected("negative dimension");
 }
 
-TEST_F(validate_snapshot, rejects_an_nbytes_mismatch) {
+TEST_F(ValidateSnapshot, RejectsAnNbytesMismatch) {
   x.index[0].nbytes -= 4;
   expect_rejected("nbytes mismatch");
 }
 
-TEST_F(validate_snapshot, rejects_an_overflowing_shape) {
+TEST_F(ValidateSnapshot, RejectsAnOverflowingShape) {
   x.index[0].shape = {std::int64_t{1} << 62, std::int64_t{1} << 62};
   expect_rejected("overflowing shape");
 }
 
-TEST_F(validate_snapshot, rejects_a_tensor_outside_the_buffer) {
+TEST_F(ValidateSnapshot, RejectsATensorOutsideTheBuffer) {
   x.index[1].offset = x.data.size() - 4;
   expect_rejected("out of buffer");
 }
 
-TEST_F(validate_snapshot, rejects_overlapping_tensors) {
+TEST_F(ValidateSnapshot, RejectsOverlappingTensors) {
   x.index[1].offset = x.index[0].offset + 8;
   expect_rejected("overlap");
 }
 
-TEST_F(validate_snapshot, rejects_a_duplicate_name) {
+TEST_F(ValidateSnapshot, RejectsADuplicateName) {
   x.index[1].name = x.index[0].name;
   expect_rejected("duplicate name");
 }

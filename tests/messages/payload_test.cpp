@@ -77,7 +77,7 @@ void expect_malformed(const payload& x, const char* what) {
   EXPECT_FALSE(all) << what;
 }
 
-TEST(payload, single_payload_round_trips) {
+TEST(Payload, SinglePayloadRoundTrips) {
   auto items = make_items(3, 0);
   auto p = dice::pack(items, 4, 9);
   EXPECT_EQ(p.count, 3u);
@@ -89,7 +89,7 @@ TEST(payload, single_payload_round_trips) {
   EXPECT_EQ(*back, items);
 }
 
-TEST(payload, empty_list_round_trips) {
+TEST(Payload, EmptyListRoundTrips) {
   auto p = dice::pack(std::vector<transition>{});
   EXPECT_EQ(p.count, 0u);
   EXPECT_EQ(p.model_version, -1);
@@ -98,14 +98,14 @@ TEST(payload, empty_list_round_trips) {
   EXPECT_TRUE(back->empty());
 }
 
-TEST(payload, item_with_empty_vector_round_trips) {
+TEST(Payload, ItemWithEmptyVectorRoundTrips) {
   std::vector<transition> items{transition{}, transition{{}, 7, 0.5f, true}};
   auto back = dice::unpack<transition>(dice::pack(items));
   ASSERT_TRUE(back) << dice::render(back.error());
   EXPECT_EQ(*back, items);
 }
 
-TEST(payload, list_of_payloads_concatenates_in_order) {
+TEST(Payload, ListOfPayloadsConcatenatesInOrder) {
   auto a = make_items(2, 0);
   auto b = make_items(0, 10);
   auto c = make_items(3, 20);
@@ -124,7 +124,7 @@ TEST(payload, list_of_payloads_concatenates_in_order) {
   EXPECT_EQ(out[3], c[2]);
 }
 
-TEST(payload, list_with_one_bad_payload_fails) {
+TEST(Payload, ListWithOneBadPayloadFails) {
   std::vector<payload> ps{dice::pack(make_items(2, 0)),
                           with_bytes(dice::pack(make_items(1, 5)), {1, 2, 3})};
   auto back = dice::unpack<transition>(ps);
@@ -132,12 +132,12 @@ TEST(payload, list_with_one_bad_payload_fails) {
   EXPECT_TRUE(dice::is(back.error(), dice::errc::malformed_input));
 }
 
-TEST(payload, empty_bytes_are_malformed) {
+TEST(Payload, EmptyBytesAreMalformed) {
   expect_malformed(payload{}, "default payload");
   expect_malformed(payload{dice::shared_bytes{}, 0, 0, -1}, "zero count");
 }
 
-TEST(payload, corrupt_bytes_are_malformed) {
+TEST(Payload, CorruptBytesAreMalformed) {
   auto p = dice::pack(make_items(2, 0));
   auto bytes = bytes_of(p);
   // The archive starts with a signature; garble it.
@@ -151,7 +151,7 @@ TEST(payload, corrupt_bytes_are_malformed) {
   expect_malformed(with_bytes(p, noise), "noise");
 }
 
-TEST(payload, every_truncation_is_malformed) {
+TEST(Payload, EveryTruncationIsMalformed) {
   auto p = dice::pack(make_items(3, 0));
   auto bytes = bytes_of(p);
   ASSERT_GT(bytes.size(), 8u);
@@ -165,7 +165,7 @@ TEST(payload, every_truncation_is_malformed) {
   }
 }
 
-TEST(payload, count_mismatch_is_malformed) {
+TEST(Payload, CountMismatchIsMalformed) {
   auto p = dice::pack(make_items(3, 0));
   auto more = p;
   more.count = 4;
@@ -175,7 +175,7 @@ TEST(payload, count_mismatch_is_malformed) {
   expect_malformed(fewer, "claims fewer items");
 }
 
-TEST(payload, hostile_item_count_is_malformed) {
+TEST(Payload, HostileItemCountIsMalformed) {
   // An archive of a vector claiming 2^60 items and holding none: decoding
   // must fail with an error, not crash or exhaust memory.
   std::ostringstream out;

@@ -87,7 +87,7 @@ dice::model_snapshot rebuild(const dice::model_snapshot& x, Edit edit,
   return b.build(x.sender, x.epoch, x.version, x.send_time_ns);
 }
 
-class model : public ::testing::Test {
+class Model : public ::testing::Test {
  protected:
   mlp a = make_model(1, 3);
   mlp b = make_model(2, 5);
@@ -107,7 +107,7 @@ class model : public ::testing::Test {
   }
 };
 
-TEST_F(model, snapshot_indexes_every_parameter_and_buffer) {
+TEST_F(Model, SnapshotIndexesEveryParameterAndBuffer) {
   auto snap = dice::to_snapshot(*a);
   ASSERT_TRUE(snap) << dice::render(snap.error());
   EXPECT_FALSE(dice::validate(*snap));
@@ -127,7 +127,7 @@ TEST_F(model, snapshot_indexes_every_parameter_and_buffer) {
   EXPECT_EQ(by_name["fc1.weight"].type, dice::dtype::float32);
 }
 
-TEST_F(model, round_trip_is_exact) {
+TEST_F(Model, RoundTripIsExact) {
   auto snap = dice::to_snapshot(*a);
   ASSERT_TRUE(snap) << dice::render(snap.error());
   auto before = tensors_of(*b);
@@ -146,7 +146,7 @@ TEST_F(model, round_trip_is_exact) {
   EXPECT_TRUE(again->data == snap->data);
 }
 
-TEST_F(model, missing_name_is_a_mismatch) {
+TEST_F(Model, MissingNameIsAMismatch) {
   auto snap = dice::to_snapshot(*a);
   ASSERT_TRUE(snap);
   expect_mismatch(rebuild(*snap,
@@ -156,7 +156,7 @@ TEST_F(model, missing_name_is_a_mismatch) {
                   "missing name", "8 tensors, the model 9");
 }
 
-TEST_F(model, extra_name_is_a_mismatch) {
+TEST_F(Model, ExtraNameIsAMismatch) {
   auto snap = dice::to_snapshot(*a);
   ASSERT_TRUE(snap);
   expect_mismatch(
@@ -169,7 +169,7 @@ TEST_F(model, extra_name_is_a_mismatch) {
     "extra name", "'fc3.weight' the model does not have");
 }
 
-TEST_F(model, renamed_tensor_is_a_mismatch) {
+TEST_F(Model, RenamedTensorIsAMismatch) {
   auto snap = dice::to_snapshot(*a);
   ASSERT_TRUE(snap);
   expect_mismatch(rebuild(*snap,
@@ -181,7 +181,7 @@ TEST_F(model, renamed_tensor_is_a_mismatch) {
                   "renamed tensor", "'fc2.offset' the model does not have");
 }
 
-TEST_F(model, wrong_shape_is_a_mismatch) {
+TEST_F(Model, WrongShapeIsAMismatch) {
   auto snap = dice::to_snapshot(*a);
   ASSERT_TRUE(snap);
   // Same number of bytes, transposed shape: only the shape check catches it.
@@ -194,7 +194,7 @@ TEST_F(model, wrong_shape_is_a_mismatch) {
                   "wrong shape", "has shape [4, 16] in the snapshot, [16, 4]");
 }
 
-TEST_F(model, wrong_dtype_is_a_mismatch) {
+TEST_F(Model, WrongDtypeIsAMismatch) {
   auto snap = dice::to_snapshot(*a);
   ASSERT_TRUE(snap);
   // int64 -> float64 keeps the byte count: only the dtype check catches it.
@@ -208,7 +208,7 @@ TEST_F(model, wrong_dtype_is_a_mismatch) {
                   "is float64 in the snapshot, Long in the model");
 }
 
-TEST_F(model, malformed_snapshot_is_refused_and_changes_nothing) {
+TEST_F(Model, MalformedSnapshotIsRefusedAndChangesNothing) {
   auto snap = dice::to_snapshot(*a);
   ASSERT_TRUE(snap);
   auto bad = *snap;
@@ -220,7 +220,7 @@ TEST_F(model, malformed_snapshot_is_refused_and_changes_nothing) {
   expect_tensors_equal(before, tensors_of(*b));
 }
 
-TEST_F(model, predictions_follow_the_loaded_snapshot) {
+TEST_F(Model, PredictionsFollowTheLoadedSnapshot) {
   torch::manual_seed(7);
   auto x = torch::randn({5, 4});
   torch::NoGradGuard no_grad;
@@ -235,7 +235,7 @@ TEST_F(model, predictions_follow_the_loaded_snapshot) {
   EXPECT_TRUE(torch::equal(ya, yb2));
 }
 
-TEST_F(model, torch_model_port_snapshots_and_loads) {
+TEST_F(Model, TorchModelPortSnapshotsAndLoads) {
   auto pa = dice::model_port_of(a.ptr());
   auto pb = dice::model_port_of(b.ptr());
   EXPECT_EQ(pa->module(), a.ptr());

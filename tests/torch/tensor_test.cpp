@@ -75,36 +75,36 @@ void expect_refused(const std::string& bytes, const std::string& why) {
 
 // -- tensors ------------------------------------------------------------------
 
-TEST(tensor, float32_round_trips) {
+TEST(Tensor, Float32RoundTrips) {
   torch::manual_seed(1);
   auto x = torch::randn({3, 4});
   expect_same(x, round_trip(x));
 }
 
-TEST(tensor, float64_round_trips) {
+TEST(Tensor, Float64RoundTrips) {
   auto x = torch::randn({2, 5}, torch::kFloat64) * 1e300;
   expect_same(x, round_trip(x));
 }
 
-TEST(tensor, int64_round_trips) {
+TEST(Tensor, Int64RoundTrips) {
   auto x = torch::arange(-6, 6, torch::kInt64).reshape({3, 2, 2})
     * (std::int64_t{1} << 40);
   expect_same(x, round_trip(x));
 }
 
-TEST(tensor, uint8_round_trips) {
+TEST(Tensor, Uint8RoundTrips) {
   auto x = torch::arange(0, 256, torch::kInt64).to(torch::kUInt8);
   expect_same(x, round_trip(x));
 }
 
-TEST(tensor, bool_round_trips) {
+TEST(Tensor, BoolRoundTrips) {
   torch::manual_seed(2);
   auto x = torch::rand({7, 3}) > 0.5;
   ASSERT_EQ(x.scalar_type(), torch::kBool);
   expect_same(x, round_trip(x));
 }
 
-TEST(tensor, every_supported_dtype_round_trips) {
+TEST(Tensor, EverySupportedDtypeRoundTrips) {
   for (auto type : {torch::kFloat32, torch::kFloat64, torch::kFloat16,
                     torch::kBFloat16, torch::kInt64, torch::kInt32,
                     torch::kInt16, torch::kInt8, torch::kUInt8, torch::kBool}) {
@@ -114,7 +114,7 @@ TEST(tensor, every_supported_dtype_round_trips) {
   }
 }
 
-TEST(tensor, zero_dim_round_trips) {
+TEST(Tensor, ZeroDimRoundTrips) {
   auto x = torch::tensor(3.5);
   ASSERT_EQ(x.dim(), 0);
   auto y = round_trip(x);
@@ -124,7 +124,7 @@ TEST(tensor, zero_dim_round_trips) {
   expect_same(i, round_trip(i));
 }
 
-TEST(tensor, empty_round_trips) {
+TEST(Tensor, EmptyRoundTrips) {
   auto x = torch::empty({0, 3});
   auto y = round_trip(x);
   EXPECT_EQ(y.sizes(), (std::vector<std::int64_t>{0, 3}));
@@ -134,7 +134,7 @@ TEST(tensor, empty_round_trips) {
   EXPECT_EQ(z.scalar_type(), torch::kInt64);
 }
 
-TEST(tensor, non_contiguous_round_trips) {
+TEST(Tensor, NonContiguousRoundTrips) {
   auto base = torch::arange(0, 24, torch::kFloat32).reshape({4, 6});
   auto transposed = base.t();
   ASSERT_FALSE(transposed.is_contiguous());
@@ -154,19 +154,19 @@ TEST(tensor, non_contiguous_round_trips) {
   expect_same(row, round_trip(row));
 }
 
-TEST(tensor, requires_grad_is_dropped) {
+TEST(Tensor, RequiresGradIsDropped) {
   auto x = torch::randn({2, 2}, torch::requires_grad());
   auto y = round_trip(x);
   EXPECT_FALSE(y.requires_grad());
   expect_same(x.detach(), y);
 }
 
-TEST(tensor, undefined_round_trips) {
+TEST(Tensor, UndefinedRoundTrips) {
   auto y = round_trip(torch::Tensor{});
   EXPECT_FALSE(y.defined());
 }
 
-TEST(tensor, bytes_are_written_verbatim_after_a_small_header) {
+TEST(Tensor, BytesAreWrittenVerbatimAfterASmallHeader) {
   auto x = torch::arange(0, 1000, torch::kFloat32);
   auto bytes = save(x);
   auto raw = reinterpret_cast<const char*>(x.data_ptr());
@@ -177,14 +177,14 @@ TEST(tensor, bytes_are_written_verbatim_after_a_small_header) {
   EXPECT_LT(bytes.size() - n, 128u);
 }
 
-TEST(tensor, unsupported_dtype_throws_on_save) {
+TEST(Tensor, UnsupportedDtypeThrowsOnSave) {
   auto x = torch::ones({2}, torch::kComplexFloat);
   EXPECT_THROW(save(x), std::invalid_argument);
 }
 
 // Layout of a float32 [2, 3] tensor archive, counted from the end: code (1),
 // ndim (8), dims (2 x 8), nbytes (8), data (24).
-class hostile_tensor : public ::testing::Test {
+class HostileTensor : public ::testing::Test {
  protected:
   std::string good = save(torch::arange(0, 6, torch::kFloat32).reshape({2, 3}));
   std::size_t data_pos = good.size() - 24;
@@ -206,7 +206,7 @@ class hostile_tensor : public ::testing::Test {
   }
 };
 
-TEST_F(hostile_tensor, unknown_dtype_throws) {
+TEST_F(HostileTensor, UnknownDtypeThrows) {
   using tensor = torch::Tensor;
   expect_refused<tensor>(patched(good, code_pos, std::uint8_t{42}),
                          "unknown dtype (42)");
@@ -217,7 +217,7 @@ TEST_F(hostile_tensor, unknown_dtype_throws) {
                          "undefined tensor with a shape");
 }
 
-TEST_F(hostile_tensor, too_many_dims_throw) {
+TEST_F(HostileTensor, TooManyDimsThrow) {
   using tensor = torch::Tensor;
   expect_refused<tensor>(patched(good, ndim_pos, std::uint64_t{1} << 40),
                          "dimensions");
@@ -225,12 +225,12 @@ TEST_F(hostile_tensor, too_many_dims_throw) {
                          "claims 65 dimensions");
 }
 
-TEST_F(hostile_tensor, negative_dim_throws) {
+TEST_F(HostileTensor, NegativeDimThrows) {
   expect_refused<torch::Tensor>(patched(good, dims_pos, std::int64_t{-2}),
                                 "negative dimension (-2)");
 }
 
-TEST_F(hostile_tensor, huge_shape_throws) {
+TEST_F(HostileTensor, HugeShapeThrows) {
   auto big = patched(good, dims_pos, std::int64_t{1} << 62);
   big = patched(big, dims_pos + 8, std::int64_t{1} << 62);
   expect_refused<torch::Tensor>(big, "shape larger than the limit");
@@ -240,14 +240,14 @@ TEST_F(hostile_tensor, huge_shape_throws) {
   expect_refused<torch::Tensor>(matching, "(limit");
 }
 
-TEST_F(hostile_tensor, byte_count_mismatch_throws) {
+TEST_F(HostileTensor, ByteCountMismatchThrows) {
   expect_refused<torch::Tensor>(patched(good, nbytes_pos, std::uint64_t{25}),
                                 "claims 25 bytes, its shape and dtype need 24");
   expect_refused<torch::Tensor>(
     patched(good, nbytes_pos, std::uint64_t{1} << 60), "(limit");
 }
 
-TEST_F(hostile_tensor, every_truncation_throws) {
+TEST_F(HostileTensor, EveryTruncationThrows) {
   for (std::size_t n = 0; n < good.size(); ++n)
     EXPECT_THROW(load<torch::Tensor>(good.substr(0, n)), std::exception)
       << "prefix of " << n << " bytes";
@@ -267,7 +267,7 @@ dice::transition batch(std::int64_t b, double offset) {
   return t;
 }
 
-TEST(transition, conveniences_work) {
+TEST(Transition, ConveniencesWork) {
   auto t = batch(3, 0.5);
   EXPECT_EQ(t.size(), 5u);
   EXPECT_FALSE(t.empty());
@@ -290,7 +290,7 @@ TEST(transition, conveniences_work) {
   EXPECT_TRUE(dice::transition{}.empty());
 }
 
-TEST(transition, boost_round_trip_keeps_every_tensor) {
+TEST(Transition, BoostRoundTripKeepsEveryTensor) {
   auto t = batch(5, 1.5);
   t["undefined"]; // an entry without a tensor
   auto y = load<dice::transition>(save(t));
@@ -304,7 +304,7 @@ TEST(transition, boost_round_trip_keeps_every_tensor) {
     }
 }
 
-TEST(transition, packs_and_unpacks_through_a_payload) {
+TEST(Transition, PacksAndUnpacksThroughAPayload) {
   std::vector<dice::transition> items{batch(4, 0.0), batch(1, 2.0),
                                       dice::transition{}};
   items[1].set("scalar", torch::tensor(7.0));
@@ -328,7 +328,7 @@ TEST(transition, packs_and_unpacks_through_a_payload) {
   EXPECT_TRUE(dice::equal((*all)[3], batch(2, 9.0)));
 }
 
-TEST(transition, hostile_payload_is_malformed) {
+TEST(Transition, HostilePayloadIsMalformed) {
   auto p = dice::pack(std::vector<dice::transition>{batch(3, 0.0)});
   std::vector<std::uint8_t> bytes{p.bytes.data(),
                                   p.bytes.data() + p.bytes.size()};
@@ -343,7 +343,7 @@ TEST(transition, hostile_payload_is_malformed) {
   }
 }
 
-TEST(transition, over_long_name_throws) {
+TEST(Transition, OverLongNameThrows) {
   dice::transition t;
   t.set("x", torch::ones({2}));
   auto bytes = save(t);
@@ -361,7 +361,7 @@ TEST(transition, over_long_name_throws) {
     "4097-byte name");
 }
 
-TEST(transition, duplicate_name_throws) {
+TEST(Transition, DuplicateNameThrows) {
   dice::transition t;
   t.set("a", torch::ones({2})).set("b", torch::zeros({2}));
   auto bytes = save(t);
@@ -374,7 +374,7 @@ TEST(transition, duplicate_name_throws) {
   expect_refused<dice::transition>(bytes, "twice");
 }
 
-TEST(transition, hostile_entry_count_throws) {
+TEST(Transition, HostileEntryCountThrows) {
   dice::transition t;
   t.set("x", torch::ones({2}));
   auto bytes = save(t);
