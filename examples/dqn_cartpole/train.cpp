@@ -905,15 +905,19 @@ std::string to_string(const run_summary& x) {
   os << "== DQN CartPole-v1 summary";
   if (!x.roles.empty())
     os << ", node " << x.node << " (" << x.roles << ")";
-  os << " ==\n"
-     << "solved:            "
-     << (x.solved ? "yes, after " + fixed(x.solve_seconds, 2) + " s and "
-             + std::to_string(x.solve_env_steps) + " env steps"
-                  : std::string{"no"})
-     << "\n"
-     << "stop reason:       " << x.stop_reason << "\n"
-     << "best / last eval:  " << fixed(x.best_eval) << " / "
-     << fixed(x.last_eval) << " (" << x.evals.size() << " evaluations)\n"
+  os << " ==\n";
+  // A learner in a cluster with an evaluator node never evaluates itself.
+  if (x.roles == "learner" && x.evals.empty())
+    os << "evaluations:       on the evaluator node (its summary)\n";
+  else
+    os << "solved:            "
+       << (x.solved ? "yes, after " + fixed(x.solve_seconds, 2) + " s and "
+               + std::to_string(x.solve_env_steps) + " env steps"
+                    : std::string{"no"})
+       << "\n"
+       << "best / last eval:  " << fixed(x.best_eval) << " / "
+       << fixed(x.last_eval) << " (" << x.evals.size() << " evaluations)\n";
+  os << "stop reason:       " << x.stop_reason << "\n"
      << "env steps:         " << x.env_steps << " ("
      << fixed(x.env_steps_per_s(), 0) << "/s)\n"
      << "learner:           " << x.train_iters << " gradient steps ("
