@@ -3,14 +3,21 @@
 #include "dice/messages/finish.hpp"
 #include "dice/role.hpp"
 
+#include "caf/binary_deserializer.hpp"
+#include "caf/deserializer.hpp"
 #include "caf/message.hpp"
 #include "caf/meta/type_name.hpp"
+#include "caf/sec.hpp"
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
 namespace dice {
+
+/// Most backlog messages a hello may carry (a hold keeps at most 1024 per
+/// topic; more is a hostile or broken peer).
+inline constexpr std::size_t max_hello_backlog = 1 << 16;
 
 /// Version of the bus-to-bus protocol; peers with another version are
 /// refused at the handshake.
@@ -41,6 +48,35 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, peer_hello& x) {
   return f(caf::meta::type_name("dice::peer_hello"), x.version, x.node, x.roles,
            x.topics, x.finished, x.drained, x.backlog);
+}
+
+/// Reads a hello from an untrusted peer: same format, but the backlog's
+/// length is checked first. CAF 0.17 decodes a truncated caf::message as an
+/// empty one without consuming input, so a bare count of 2^40 would
+/// otherwise make it build 2^40 empty messages (found by message_fuzz).
+inline caf::error inspect(caf::deserializer& f, peer_hello& x) {
+  if (auto err = f(caf::meta::type_name("dice::peer_hello"), x.version, x.node,
+                   x.roles, x.topics, x.finished, x.drained))
+    return err;
+  std::size_t n = 0;
+  if (auto err = f.begin_sequence(n))
+    return err;
+  if (n > max_hello_backlog)
+    return caf::sec::invalid_argument;
+  if (auto bin = dynamic_cast<caf::binary_deserializer*>(&f))
+    if (n > bin->remaining())
+      return caf::sec::end_of_stream;
+  x.backlog.clear();
+  for (std::size_t i = 0; i < n; ++i) {
+    caf::message m;
+    if (auto err = f(m))
+      return err;
+    // dice never sends an empty backlog entry: this one is a truncation.
+    if (m.empty())
+      return caf::sec::end_of_stream;
+    x.backlog.push_back(std::move(m));
+  }
+  return f.end_sequence();
 }
 
 } // namespace dice

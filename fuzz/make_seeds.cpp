@@ -1,0 +1,101 @@
+// Writes one valid encoding per case into fuzz/corpus/<target>/ (run by
+// hand after a format change; the files are committed).
+
+#include "dice/messages/context_delta.hpp"
+#include "dice/messages/model_snapshot.hpp"
+#include "dice/messages/payload.hpp"
+#include "dice/messages/peer_hello.hpp"
+
+#include "caf/binary_serializer.hpp"
+#include "caf/make_message.hpp"
+
+#include "fuzz_common.hpp"
+
+#include <fstream>
+#include <iostream>
+#include <string>
+
+namespace {
+
+void write(const std::string& path, std::uint8_t tag, const char* data,
+           std::size_t size) {
+  std::ofstream out{path, std::ios::binary};
+  out.put(static_cast<char>(tag));
+  out.write(data, static_cast<std::streamsize>(size));
+}
+
+template <class T>
+void seed(const std::string& dir, const std::string& name, std::uint8_t tag,
+          T x) {
+  std::vector<char> buf;
+  caf::binary_serializer sink{fuzz::system(), buf};
+  if (auto err = sink(x)) {
+    std::cerr << "cannot serialize " << name << "\n";
+    std::exit(1);
+  }
+  write(dir + "/" + name, tag, buf.data(), buf.size());
+}
+
+void seed_payload(const std::string& dir, const std::string& name,
+                  std::uint8_t type, const dice::payload& p) {
+  auto tag = static_cast<std::uint8_t>((p.count << 2) | type);
+  write(dir + "/" + name, tag, reinterpret_cast<const char*>(p.bytes.data()),
+        p.bytes.size());
+}
+
+dice::model_snapshot snapshot() {
+  dice::snapshot_builder b;
+  float w[6] = {1, 2, 3, 4, 5, 6};
+  std::int64_t n = 7;
+  b.add("fc.weight", dice::dtype::float32, {2, 3}, w, sizeof(w));
+  b.add("bn.num_batches_tracked", dice::dtype::int64, {}, &n, sizeof(n));
+  return b.build(1, 42, 3, 1000);
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  std::string root = argc > 1 ? argv[1] : "corpus";
+  auto p = root + "/payload";
+  std::vector<fuzz::item> items{{"a", {1, 2}, {{1}, {2, 3}}, true},
+                                {"", {}, {}, false}};
+  seed_payload(p, "items", 0, dice::pack(items));
+  seed_payload(p, "floats", 1, dice::pack(std::vector<float>{1, 2, 3}));
+  seed_payload(p, "strings", 2,
+               dice::pack(std::vector<std::string>{"x", "yz"}));
+  seed_payload(p, "doubles", 3,
+               dice::pack(std::vector<std::vector<double>>{{1.5}, {}}));
+  auto m = root + "/message";
+  dice::context_delta d;
+  d.sender = 2;
+  d.epoch = 9;
+  d.seq = 1;
+  d.sender_roles = dice::role_set{dice::role::collector};
+  d.env_step = 4;
+  d.env_episode = 1;
+  d.trajectories.push_back(dice::pack(items, 2, 0));
+  d.trajectory_end_idx = {1};
+  d.has_trajectory_end_idx = true;
+  seed(m, "delta", 0, d);
+  seed(m, "snapshot", 1, snapshot());
+  dice::peer_hello h;
+  h.node = 3;
+  h.topics = {"model", "context_exchanger_learner"};
+  h.backlog.push_back(caf::make_message(std::string{"model"}, std::uint32_t{1},
+                                        caf::make_message(snapshot())));
+  seed(m, "hello", 2, h);
+  seed(m, "message_delta", 3,
+       caf::make_message(std::string{"context_exchanger_collector"}, d));
+  seed(m, "message_snapshot", 3, caf::make_message(snapshot()));
+  seed(m, "finish", 4, dice::finish{1, "max_step", false});
+  auto c = root + "/config";
+  auto text = [&](const std::string& name, const std::string& s) {
+    std::ofstream out{c + "/" + name, std::ios::binary};
+    out << s;
+  };
+  text("endpoints", "127.0.0.1:4242,tcp://host:1,[::1]:80");
+  text("slurm_hosts", "n[01-03,7],gpu[1-2]x,c");
+  text("slurm_tasks", "2(x3),1");
+  text("roles", "learner,collector");
+  return 0;
+}
