@@ -1,11 +1,14 @@
 #include "dice/actors/bus.hpp"
 
+#include "dice/auth.hpp"
 #include "dice/errc.hpp"
 #include "dice/log.hpp"
+#include "dice/trust.hpp"
 
 #include "caf/actor_system.hpp"
 #include "caf/exit_reason.hpp"
 #include "caf/io/middleman.hpp"
+#include "caf/openssl/manager.hpp"
 #include "caf/send.hpp"
 
 #include <algorithm>
@@ -34,6 +37,36 @@ bus_peer* find_peer(bus_ptr self, std::uint32_t node) {
     if (p.node == node)
       return &p;
   return nullptr;
+}
+
+// True if the current message comes from the bus of a connected peer (i.e.
+// one that passed the handshake, and the secret check if any).
+bool from_peer(bus_ptr self) {
+  auto& src = self->current_sender();
+  if (!src)
+    return false;
+  for (auto& p : self->state.peers)
+    if (p.handle.address().node() == src->node())
+      return true;
+  return false;
+}
+
+// True if the current message comes from another CAF node that is no
+// connected peer: a stranger, or a peer before its handshake. (CAF 0.17
+// cannot tell an anonymous remote message from a local one; TLS keeps
+// strangers off the port altogether.)
+bool from_stranger(bus_ptr self) {
+  auto& src = self->current_sender();
+  return src && src->node() != self->node() && !from_peer(self);
+}
+
+// Drops a message that only a connected peer (or a local member) may send.
+void refuse(bus_ptr self, const char* what) {
+  count(trust_event::message_rejected);
+  if (counter(trust_event::message_rejected) % 1024 == 1)
+    log::warning(self->state.cfg.node,
+                 std::string{"dropped "} + what
+                   + " from a node that is not a connected peer");
 }
 
 // Topics any local member subscribed to.
@@ -276,6 +309,9 @@ void add_peer(bus_ptr self, bus_peer p, const peer_hello& h) {
   check_all_done(self);
 }
 
+void send_hello(bus_ptr self, std::size_t idx, bus_actor peer,
+                std::string where, std::string proof);
+
 void attach(bus_ptr self, std::size_t idx) {
   auto& st = self->state;
   auto& ep = st.endpoints[idx];
@@ -283,7 +319,8 @@ void attach(bus_ptr self, std::size_t idx) {
   auto host = ep.host;
   auto port = ep.port;
   auto where = host + ":" + std::to_string(port);
-  auto mm = self->system().middleman().actor_handle();
+  auto mm = st.cfg.tls ? self->system().openssl_manager().actor_handle()
+                       : self->system().middleman().actor_handle();
   self
     ->request(mm, st.cfg.connect_timeout, caf::connect_atom::value, host, port)
     .then(
@@ -300,7 +337,52 @@ void attach(bus_ptr self, std::size_t idx) {
           return;
         }
         auto peer = caf::actor_cast<bus_actor>(ptr);
+        if (st.cfg.secret.empty()) {
+          send_hello(self, idx, peer, where, std::string{});
+          return;
+        }
+        // Challenge first: the acceptor proves it knows the secret, then
+        // our hello proves we do; no data moves before both hold.
+        auto nonce_a = random_nonce();
+        self
+          ->request(peer, st.cfg.connect_timeout, hello_atom::value, nonce_a)
+          .then(
+            [=](std::string& nonce_b, std::string& mac) {
+              auto& st = self->state;
+              if (!same_mac(mac,
+                            acceptor_proof(st.cfg.secret, nonce_a, nonce_b))) {
+                count(trust_event::auth_refused);
+                log::error(st.cfg.node,
+                           "handshake with " + where
+                             + " refused: the peer does not know the "
+                               "cluster secret");
+                schedule_reconnect(self, idx);
+                return;
+              }
+              send_hello(self, idx, peer, where,
+                         attacher_proof(st.cfg.secret, nonce_a, nonce_b,
+                                        st.cfg.node));
+            },
+            [=](caf::error& err) {
+              log::debug(self->state.cfg.node,
+                         "challenge to " + where + " failed: " + render(err));
+              schedule_reconnect(self, idx);
+            });
+      },
+      [=](caf::error& err) {
+        log::debug(self->state.cfg.node,
+                   "cannot connect to " + where + ": " + render(err));
+        schedule_reconnect(self, idx);
+      });
+}
+
+// The hello proper: our state (and proof), answered by the peer's state and
+// its backlog for us.
+void send_hello(bus_ptr self, std::size_t idx, bus_actor peer,
+                std::string where, std::string proof) {
+        auto& st = self->state;
         auto sent = make_hello(self);
+        sent.proof = std::move(proof);
         self->request(peer, st.cfg.connect_timeout, hello_atom::value, sent)
           .then(
             [=](peer_hello& h) {
@@ -324,7 +406,8 @@ void attach(bus_ptr self, std::size_t idx) {
             },
             [=](caf::error& err) {
               auto& st = self->state;
-              if (is(err, errc::handshake_failed)) {
+              if (is(err, errc::handshake_failed)
+                  || is(err, errc::unauthorized)) {
                 log::error(st.cfg.node,
                            "handshake with " + where
                              + " refused: " + render(err));
@@ -334,12 +417,6 @@ void attach(bus_ptr self, std::size_t idx) {
                          "handshake with " + where + " failed: " + render(err));
               schedule_reconnect(self, idx);
             });
-      },
-      [=](caf::error& err) {
-        log::debug(self->state.cfg.node,
-                   "cannot connect to " + where + ": " + render(err));
-        schedule_reconnect(self, idx);
-      });
 }
 
 void remove_member(bus_ptr self, const caf::actor_addr& who) {
@@ -367,6 +444,7 @@ bus_actor::behavior_type bus(bus_ptr self, bus_config cfg) {
   // actor must not kill this node.
   self->set_exit_handler([=](caf::exit_msg& em) {
     if (em.source && em.source.node() != self->node()) {
+      count(trust_event::remote_exit_ignored);
       log::warning(self->state.cfg.node,
                    "ignored an exit message from a remote actor");
       return;
@@ -398,42 +476,75 @@ bus_actor::behavior_type bus(bus_ptr self, bus_config cfg) {
   update_loss_timer(self);
   return {
     [=](join_atom, std::uint32_t node, role_set, const caf::actor& member,
-        const std::vector<std::string>& topics) -> std::vector<finish> {
+        const std::vector<std::string>& topics)
+      -> caf::result<std::vector<finish>> {
+      if (from_stranger(self)) {
+        refuse(self, "a join");
+        return make_error(errc::unauthorized, "join from a stranger");
+      }
       self->monitor(member);
       self->state.members.push_back(bus_subscriber{node, member});
       for (auto& topic : topics)
         add_subscriber(self, topic, node, member);
       // A node that joins a finished run learns it at once.
       if (self->state.finished)
-        return {*self->state.finished};
-      return {};
+        return std::vector<finish>{*self->state.finished};
+      return std::vector<finish>{};
     },
     [=](subscribe_atom, const std::string& topic, std::uint32_t node,
         const caf::actor& member) {
+      if (from_stranger(self))
+        return refuse(self, "a subscription");
       self->monitor(member);
       add_subscriber(self, topic, node, member);
     },
     [=](publish_atom, const std::string& topic, std::uint32_t sender,
         const caf::message& msg) {
+      if (from_stranger(self))
+        return refuse(self, "a publish");
       route(self, topic, sender, msg, false);
     },
     [=](done_atom, std::uint32_t, const caf::actor& member) {
+      if (from_stranger(self))
+        return refuse(self, "a done");
       auto& st = self->state;
       if (std::find(st.done.begin(), st.done.end(), member) == st.done.end())
         st.done.push_back(member);
       check_all_done(self);
     },
     [=](const finish& x) {
+      if (from_stranger(self))
+        return refuse(self, "a finish");
       on_finish(self, x);
     },
     [=](hello_atom, peer_hello& h) -> caf::result<peer_hello> {
       auto& st = self->state;
       if (h.version != bus_protocol_version) {
+        count(trust_event::wrong_version);
         auto what = "node " + std::to_string(h.node) + " speaks protocol v"
           + std::to_string(h.version) + ", this node v"
           + std::to_string(bus_protocol_version);
         log::error(st.cfg.node, "refused peer: " + what);
         return make_error(errc::handshake_failed, what);
+      }
+      if (!st.cfg.secret.empty()) {
+        auto src = self->current_sender();
+        auto i = src ? st.challenges.find(caf::actor_cast<caf::actor_addr>(src))
+                     : st.challenges.end();
+        auto ok = i != st.challenges.end()
+                  && same_mac(h.proof,
+                              attacher_proof(st.cfg.secret, i->second.first,
+                                             i->second.second, h.node));
+        if (i != st.challenges.end())
+          st.challenges.erase(i);
+        if (!ok) {
+          count(trust_event::auth_refused);
+          auto what = "node " + std::to_string(h.node)
+                      + (h.proof.empty() ? " sent no proof of the cluster secret"
+                                         : " does not know the cluster secret");
+          log::error(st.cfg.node, "refused peer: " + what);
+          return make_error(errc::unauthorized, what);
+        }
       }
       if (h.node == st.cfg.node || find_peer(self, h.node)) {
         auto what = "node id " + std::to_string(h.node) + " is "
@@ -454,7 +565,26 @@ bus_actor::behavior_type bus(bus_ptr self, bus_config cfg) {
                h);
       return reply;
     },
+    [=](hello_atom, const std::string& nonce_a)
+      -> caf::result<std::string, std::string> {
+      auto& st = self->state;
+      // No secret here: an empty proof, which an attacher with a secret
+      // refuses.
+      if (st.cfg.secret.empty())
+        return {std::string{}, std::string{}};
+      auto src = self->current_sender();
+      if (!src || nonce_a.size() != 32)
+        return make_error(errc::unauthorized, "malformed challenge");
+      auto nonce_b = random_nonce();
+      // Bounded: a stranger flooding challenges only evicts its own.
+      if (st.challenges.size() >= 1024)
+        st.challenges.erase(st.challenges.begin());
+      st.challenges[caf::actor_cast<caf::actor_addr>(src)] = {nonce_a, nonce_b};
+      return {nonce_b, acceptor_proof(st.cfg.secret, nonce_a, nonce_b)};
+    },
     [=](subscribe_atom, const std::string& topic, std::uint32_t node) {
+      if (!from_peer(self))
+        return refuse(self, "a peer subscription");
       auto& st = self->state;
       auto p = find_peer(self, node);
       if (!p || contains(p->topics, topic))
@@ -469,6 +599,8 @@ bus_actor::behavior_type bus(bus_ptr self, bus_config cfg) {
       }
     },
     [=](forward_atom, snapshot_chunk& c) {
+      if (!from_peer(self))
+        return refuse(self, "a snapshot chunk");
       auto& st = self->state;
       if (auto x = st.chunks.add(std::move(c), st.cfg.node))
         route(self, x->topic, x->sender,
@@ -476,15 +608,33 @@ bus_actor::behavior_type bus(bus_ptr self, bus_config cfg) {
     },
     [=](forward_atom, const std::string& topic, std::uint32_t sender,
         const caf::message& msg) {
+      if (!from_peer(self))
+        return refuse(self, "a forward");
+      // Peers forward only topics this node subscribed to; anything else
+      // is a broken or hostile peer and would only pile up in the hold.
+      auto i = self->state.topics.find(topic);
+      if (i == self->state.topics.end() || i->second.empty()) {
+        count(trust_event::unknown_topic);
+        if (counter(trust_event::unknown_topic) % 1024 == 1)
+          log::warning(self->state.cfg.node,
+                       "dropped a message on unknown topic '"
+                         + topic.substr(0, 64) + "' from node "
+                         + std::to_string(sender));
+        return;
+      }
       route(self, topic, sender, msg, true);
     },
     [=](done_atom, std::uint32_t node) {
+      if (!from_peer(self))
+        return refuse(self, "a peer's done");
       if (auto p = find_peer(self, node)) {
         p->drained = true;
         check_all_done(self);
       }
     },
     [=](attach_atom, const std::string& host, std::uint16_t port) {
+      if (from_stranger(self))
+        return refuse(self, "an attach");
       auto& st = self->state;
       st.endpoints.push_back(
         bus_endpoint{host, port, caf::timespan{0}, false, 0});

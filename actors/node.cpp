@@ -9,6 +9,8 @@
 
 #include "caf/exit_reason.hpp"
 #include "caf/io/middleman.hpp"
+#include "caf/openssl/manager.hpp"
+#include "caf/openssl/publish.hpp"
 #include "caf/scoped_actor.hpp"
 
 #include <algorithm>
@@ -220,6 +222,9 @@ expand_slurm_tasks(std::string_view str) {
 
 node_system_config::node_system_config() {
   load<caf::io::middleman>();
+  // TLS is used only when openssl.certificate/key/cafile are set (and
+  // checked by make_node_config); loading the module costs nothing else.
+  load<caf::openssl::manager>();
   dice::add_message_types(*this);
   // CAF leaves heartbeats off: a hung peer would never be noticed. These
   // find one in about a second (research/caf_probe.md §3); the command line
@@ -243,7 +248,9 @@ node_system_config::node_system_config() {
     .add(start_timeout, "start-timeout", "longest wait for min-peers")
     .add(peer_loss_timeout, "peer-loss-timeout",
          "stop after having no peer for this long")
-    .add(connect_timeout, "connect-timeout", "deadline of one connect");
+    .add(connect_timeout, "connect-timeout", "deadline of one connect")
+    .add(secret_file, "secret-file",
+         "file with the cluster secret (peers must know it)");
 }
 
 caf::expected<node_config> make_node_config(const node_system_config& cfg) {
@@ -253,6 +260,19 @@ caf::expected<node_config> make_node_config(const node_system_config& cfg) {
   result.start_timeout = cfg.start_timeout;
   result.peer_loss_timeout = cfg.peer_loss_timeout;
   result.connect_timeout = cfg.connect_timeout;
+  if (!cfg.secret_file.empty()) {
+    auto secret = load_secret(cfg.secret_file);
+    if (!secret)
+      return secret.error();
+    result.secret = std::move(*secret);
+  }
+  result.tls = tls_files{cfg.openssl_certificate, cfg.openssl_key,
+                         cfg.openssl_cafile};
+  // CAF aborts on a bad path and silently goes unauthenticated with none:
+  // check before any connection is made.
+  if (result.tls.any())
+    if (auto err = validate(result.tls))
+      return err;
   auto topo_str = cfg.topology;
   auto attach = parse_endpoints(cfg.attach_to);
   if (!attach)
@@ -357,12 +377,25 @@ caf::expected<node> node::start(caf::actor_system& sys, node_config cfg) {
   bc.expect_peers = c.distributed;
   bc.peer_loss_timeout = c.peer_loss_timeout;
   bc.connect_timeout = c.connect_timeout;
+  bc.secret = c.secret;
+  bc.tls = c.tls.any();
+  if (bc.tls) {
+    if (auto err = validate(c.tls))
+      return err;
+    if (!sys.has_openssl_manager())
+      return make_error(errc::invalid_config,
+                        "TLS requested, but the actor system lacks CAF's "
+                        "openssl module (use dice::node_system_config)");
+  }
   // A node that (re)joins gets the latest model and train_iter at once.
   bc.retained_topics = {model_topic, context_topic(role::learner)};
+  auto bc_tls = bc.tls;
   result.bus_ = sys.spawn(dice::bus, std::move(bc));
   if (c.distributed && c.listen) {
-    auto port = sys.middleman().publish(
-      result.bus_, c.port, c.host.empty() ? nullptr : c.host.c_str(), true);
+    auto host = c.host.empty() ? nullptr : c.host.c_str();
+    auto port = bc_tls ? caf::openssl::publish(result.bus_, c.port, host, true)
+                       : sys.middleman().publish(result.bus_, c.port, host,
+                                                 true);
     if (!port) {
       caf::anon_send_exit(result.bus_, caf::exit_reason::user_shutdown);
       return make_error(errc::unreachable,

@@ -47,6 +47,9 @@ using bus_actor = caf::typed_actor<
   // -- between the buses of two nodes ---------------------------------------
   // hello(peer) -> hello: the handshake; refused on a protocol mismatch.
   caf::replies_to<hello_atom, peer_hello>::with<peer_hello>,
+  // hello(nonce) -> (nonce, proof): the cluster-secret challenge that comes
+  // before the hello when a secret is set (dice/auth.hpp).
+  caf::replies_to<hello_atom, std::string>::with<std::string, std::string>,
   // subscribe(topic, peer node): a member of the peer subscribed later.
   caf::reacts_to<subscribe_atom, std::string, std::uint32_t>,
   // forward(topic, sender node, message): a peer's publish.
@@ -85,6 +88,11 @@ struct bus_config {
   /// Topics whose last message a newly connected peer gets at once (the
   /// latest model and train_iter), as if it had been subscribed all along.
   std::vector<std::string> retained_topics;
+  /// Cluster secret: peers must prove they know it before any data is
+  /// exchanged (empty: no check).
+  std::string secret;
+  /// Connect through CAF's openssl module (TLS) instead of plain BASP.
+  bool tls = false;
   /// Snapshots larger than this travel to peers in chunks of this size.
   std::size_t chunk_bytes = default_chunk_bytes;
 };
@@ -158,6 +166,8 @@ struct bus_state {
   bool drained = false;
   /// The members got (done): the node may stop.
   bool released = false;
+  /// Open secret challenges: nonces sent and received, per challenger.
+  std::map<caf::actor_addr, std::pair<std::string, std::string>> challenges;
   /// Identifies the pending peer-loss timer (0: none).
   std::uint64_t loss_timer = 0;
   /// Source of timer ids.

@@ -1,6 +1,7 @@
 #pragma once
 
 #include "dice/actors/bus.hpp"
+#include "dice/auth.hpp"
 #include "dice/middleware.hpp"
 #include "dice/node_report.hpp"
 #include "dice/role.hpp"
@@ -106,6 +107,11 @@ struct node_config {
   caf::timespan connect_timeout = std::chrono::seconds{2};
   /// Part of a cluster (false: the embedded single-process mode).
   bool distributed = false;
+  /// Cluster secret (empty: none); peers prove they know it before any
+  /// data is exchanged.
+  std::string secret;
+  /// TLS certificate, key and CA (all empty: plain TCP).
+  tls_files tls;
 };
 
 /// An actor system config with the node settings as options (group
@@ -141,6 +147,8 @@ class node_system_config : public caf::actor_system_config {
   caf::timespan peer_loss_timeout = std::chrono::seconds{30};
   /// dice.connect-timeout.
   caf::timespan connect_timeout = std::chrono::seconds{2};
+  /// dice.secret-file: a file holding the cluster secret.
+  std::string secret_file;
 };
 
 /// Builds the node settings from the options and, when dice.node-id is not

@@ -21,7 +21,7 @@ inline constexpr std::size_t max_hello_backlog = 1 << 16;
 
 /// Version of the bus-to-bus protocol; peers with another version are
 /// refused at the handshake.
-inline constexpr std::uint32_t bus_protocol_version = 1;
+inline constexpr std::uint32_t bus_protocol_version = 2;
 
 /// The handshake between two node buses: who the node is, what it listens
 /// to, and whether its run is over. The acceptor's answer also carries the
@@ -40,6 +40,9 @@ struct peer_hello {
   std::vector<finish> finished;
   /// Every member of the sender is done (it publishes nothing more).
   bool drained = false;
+  /// With a cluster secret: the attacher's answer to the acceptor's
+  /// challenge (see dice/auth.hpp); empty otherwise.
+  std::string proof;
   /// Messages for the receiver, each `(topic, sender node, message)`.
   std::vector<caf::message> backlog;
 };
@@ -47,7 +50,7 @@ struct peer_hello {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, peer_hello& x) {
   return f(caf::meta::type_name("dice::peer_hello"), x.version, x.node, x.roles,
-           x.topics, x.finished, x.drained, x.backlog);
+           x.topics, x.finished, x.drained, x.proof, x.backlog);
 }
 
 /// Reads a hello from an untrusted peer: same format, but the backlog's
@@ -56,7 +59,7 @@ typename Inspector::result_type inspect(Inspector& f, peer_hello& x) {
 /// otherwise make it build 2^40 empty messages (found by message_fuzz).
 inline caf::error inspect(caf::deserializer& f, peer_hello& x) {
   if (auto err = f(caf::meta::type_name("dice::peer_hello"), x.version, x.node,
-                   x.roles, x.topics, x.finished, x.drained))
+                   x.roles, x.topics, x.finished, x.drained, x.proof))
     return err;
   std::size_t n = 0;
   if (auto err = f.begin_sequence(n))
