@@ -6,6 +6,7 @@
 #include "dice/actors/bus.hpp"
 #include "dice/errc.hpp"
 #include "dice/messages/context_delta.hpp"
+#include "dice/trust.hpp"
 #include "dice/type_ids.hpp"
 
 #include "caf/actor_system.hpp"
@@ -345,9 +346,141 @@ TEST_F(bus_net, exit_from_a_remote_actor_is_ignored) {
     // (exit_reason::kill cannot be trapped by any CAF actor.)
     self->send_exit(proxy, caf::exit_reason::user_shutdown);
   });
+  auto ignored = dice::counter(dice::trust_event::remote_exit_ignored);
   exec_all();
   EXPECT_EQ(bus_of(a).peers.size(), 1u);
   EXPECT_EQ(bus_of(b).peers.size(), 1u);
+  EXPECT_EQ(dice::counter(dice::trust_event::remote_exit_ignored),
+            ignored + 1);
+}
+
+// -- cluster secret and strangers (issue 6) -----------------------------------
+
+bus_config with_secret(std::string secret) {
+  bus_config cfg;
+  cfg.secret = std::move(secret);
+  return cfg;
+}
+
+const std::string secret_1 = "0123456789abcdef0123456789abcdef";
+const std::string secret_2 = "fedcba9876543210fedcba9876543210";
+
+TEST_F(bus_net, same_secret_connects_and_forwards) {
+  auto a = spawn_bus(0, 0, with_secret(secret_1));
+  auto b = spawn_bus(1, 1, with_secret(secret_1));
+  auto ma = spawn_member(0, a, 0, {"t"});
+  publish(0, a, 8080);
+  attach(1, b, 0, "a", 8080);
+  ASSERT_EQ(bus_of(a).peers.size(), 1u);
+  ASSERT_EQ(bus_of(b).peers.size(), 1u);
+  publish_delta(b, "t", 1);
+  EXPECT_EQ(member_of(ma).topics.size(), 1u);
+}
+
+TEST_F(bus_net, wrong_secret_is_refused_and_gets_nothing) {
+  dice::test::log_capture logs;
+  auto refused = dice::counter(dice::trust_event::auth_refused);
+  auto a = spawn_bus(0, 0, with_secret(secret_1));
+  auto b = spawn_bus(1, 1, with_secret(secret_2));
+  publish_delta(a, "t", 0); // held until someone subscribes to "t"
+  auto mb = spawn_member(1, b, 1, {"t"});
+  publish(0, a, 8080);
+  attach(1, b, 0, "a", 8080);
+  EXPECT_TRUE(bus_of(a).peers.empty());
+  EXPECT_TRUE(bus_of(b).peers.empty());
+  EXPECT_TRUE(member_of(mb).topics.empty());
+  EXPECT_EQ(bus_of(a).held.count("t"), 1u);
+  EXPECT_EQ(dice::counter(dice::trust_event::auth_refused), refused + 1);
+  EXPECT_EQ(logs.count("does not know the cluster secret"), 1u);
+}
+
+TEST_F(bus_net, no_secret_is_refused_and_gets_nothing) {
+  dice::test::log_capture logs;
+  auto refused = dice::counter(dice::trust_event::auth_refused);
+  auto a = spawn_bus(0, 0, with_secret(secret_1));
+  auto b = spawn_bus(1, 1);
+  publish_delta(a, "t", 0);
+  auto mb = spawn_member(1, b, 1, {"t"});
+  publish(0, a, 8080);
+  attach(1, b, 0, "a", 8080);
+  EXPECT_TRUE(bus_of(a).peers.empty());
+  EXPECT_TRUE(bus_of(b).peers.empty());
+  EXPECT_TRUE(member_of(mb).topics.empty());
+  EXPECT_EQ(bus_of(a).held.count("t"), 1u);
+  EXPECT_EQ(dice::counter(dice::trust_event::auth_refused), refused + 1);
+  EXPECT_EQ(logs.count("refused peer: node 1 sent no proof"), 1u);
+}
+
+TEST_F(bus_net, a_node_with_a_secret_refuses_a_peer_without_one) {
+  auto refused = dice::counter(dice::trust_event::auth_refused);
+  auto a = spawn_bus(0, 0);
+  auto b = spawn_bus(1, 1, with_secret(secret_1));
+  publish(0, a, 8080);
+  attach(1, b, 0, "a", 8080);
+  EXPECT_TRUE(bus_of(a).peers.empty());
+  EXPECT_TRUE(bus_of(b).peers.empty());
+  EXPECT_EQ(dice::counter(dice::trust_event::auth_refused), refused + 1);
+}
+
+TEST_F(bus_net, a_stranger_without_handshake_is_ignored) {
+  auto rejected = dice::counter(dice::trust_event::message_rejected);
+  auto a = spawn_bus(0, 0, with_secret(secret_1));
+  auto ma = spawn_member(0, a, 0, {"t"});
+  publish(0, a, 8080);
+  // A raw CAF connection to the published bus, no dice handshake.
+  auto srv = caf::io::connection_handle::from_int(++hdl_);
+  auto cli = caf::io::connection_handle::from_int(++hdl_);
+  planets[0]->mpx.prepare_connection(accept_hdl(0, 8080), srv,
+                                     planets[1]->mpx, "a", 8080, cli);
+  planets[1]->sys.spawn([=](caf::event_based_actor* self) {
+    auto mm = self->system().middleman().actor_handle();
+    self->request(mm, 1s, caf::connect_atom::value, std::string{"a"},
+                  std::uint16_t{8080})
+      .then([=](const caf::node_id&, caf::strong_actor_ptr& ptr,
+                const std::set<std::string>&) {
+        auto bus = caf::actor_cast<caf::actor>(ptr);
+        dice::context_delta d;
+        auto msg = caf::make_message(std::string{"t"}, d);
+        self->send(bus, dice::forward_atom::value, std::string{"t"},
+                   std::uint32_t{9}, msg);
+        self->send(bus, dice::publish_atom::value, std::string{"t"},
+                   std::uint32_t{9}, msg);
+        self->send(bus, dice::join_atom::value, std::uint32_t{9},
+                   dice::role_set{}, caf::actor_cast<caf::actor>(self),
+                   std::vector<std::string>{"t"});
+        self->send(bus, dice::finish{9, "evil", true});
+        self->send(bus, dice::done_atom::value, std::uint32_t{9});
+      });
+  });
+  exec_all();
+  EXPECT_TRUE(member_of(ma).topics.empty());
+  EXPECT_FALSE(bus_of(a).finished);
+  EXPECT_EQ(bus_of(a).members.size(), 1u);
+  EXPECT_TRUE(bus_of(a).peers.empty());
+  EXPECT_EQ(dice::counter(dice::trust_event::message_rejected), rejected + 5);
+}
+
+TEST_F(bus_net, unknown_topic_from_a_peer_is_dropped_and_counted) {
+  auto unknown = dice::counter(dice::trust_event::unknown_topic);
+  auto a = spawn_bus(0, 0);
+  auto b = spawn_bus(1, 1);
+  auto ma = spawn_member(0, a, 0, {"t"});
+  publish(0, a, 8080);
+  attach(1, b, 0, "a", 8080);
+  ASSERT_EQ(bus_of(b).peers.size(), 1u);
+  auto proxy = bus_of(b).peers[0].handle;
+  planets[1]->sys.spawn([=](caf::event_based_actor* self) {
+    dice::context_delta d;
+    for (int i = 0; i < 100; ++i) {
+      auto topic = "junk" + std::to_string(i);
+      self->send(proxy, dice::forward_atom::value, topic, std::uint32_t{1},
+                 caf::make_message(topic, d));
+    }
+  });
+  exec_all();
+  EXPECT_TRUE(member_of(ma).topics.empty());
+  EXPECT_TRUE(bus_of(a).held.empty());
+  EXPECT_EQ(dice::counter(dice::trust_event::unknown_topic), unknown + 100);
 }
 
 } // namespace
