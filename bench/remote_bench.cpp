@@ -1,0 +1,394 @@
+// Multi-process figures over loopback, each with its baseline measured by
+// the same program in the same run (bench/run drives it):
+//   remote_bench tcp --size S --rounds R         raw TCP, one stream
+//   remote_bench snapshot --collectors N --size S --rounds R
+//   remote_bench context --collectors N --obs K --batch B --seconds T
+// The parent is the learner; it forks N collector processes (this same
+// binary) that attach to its bus on an ephemeral port. One JSON line out.
+
+#include "dice/actors/bus.hpp"
+#include "dice/messages/context_delta.hpp"
+#include "dice/messages/model_snapshot.hpp"
+#include "dice/messages/payload.hpp"
+#include "dice/type_ids.hpp"
+
+#include "caf/actor_system.hpp"
+#include "caf/actor_system_config.hpp"
+#include "caf/event_based_actor.hpp"
+#include "caf/io/middleman.hpp"
+#include "caf/scoped_actor.hpp"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using clk = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+std::string arg(int argc, char** argv, const std::string& name,
+                const std::string& fallback) {
+  for (int i = 1; i + 1 < argc; ++i)
+    if (argv[i] == "--" + name)
+      return argv[i + 1];
+  return fallback;
+}
+
+long num(int argc, char** argv, const std::string& name, long fallback) {
+  return std::stol(arg(argc, argv, name, std::to_string(fallback)));
+}
+
+double secs(clk::duration d) {
+  return std::chrono::duration<double>(d).count();
+}
+
+// -- raw TCP baseline
+// -----------------------------------------------------------
+
+int tcp_main(long size, long rounds) {
+  int ls = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(ls, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  ::getsockname(ls, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::listen(ls, 1);
+  auto pid = ::fork();
+  if (pid == 0) {
+    int s = ::socket(AF_INET, SOCK_STREAM, 0);
+    ::connect(s, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+    std::vector<char> buf(1 << 20);
+    for (long r = 0; r < rounds + 2; ++r) {
+      long got = 0;
+      while (got < size) {
+        auto k = ::read(s, buf.data(),
+                        std::min<long>(static_cast<long>(buf.size()),
+                                       size - got));
+        if (k <= 0)
+          _exit(1);
+        got += k;
+      }
+      char ack = 1;
+      if (::write(s, &ack, 1) != 1)
+        _exit(1);
+    }
+    _exit(0);
+  }
+  int s = ::accept(ls, nullptr, nullptr);
+  std::vector<char> data(static_cast<std::size_t>(size), 7);
+  std::vector<double> times;
+  for (long r = 0; r < rounds + 2; ++r) {
+    auto t0 = clk::now();
+    long sent = 0;
+    while (sent < size) {
+      auto k = ::write(s, data.data() + sent, size - sent);
+      if (k <= 0)
+        return 1;
+      sent += k;
+    }
+    char ack;
+    if (::read(s, &ack, 1) != 1)
+      return 1;
+    if (r >= 2) // two warm-up rounds, as for snapshots
+      times.push_back(secs(clk::now() - t0));
+  }
+  ::waitpid(pid, nullptr, 0);
+  std::sort(times.begin(), times.end());
+  auto med = times[times.size() / 2];
+  std::printf("{\"mode\":\"tcp\",\"size\":%ld,\"round_s\":%.6f,"
+              "\"bytes_per_s\":%.1f}\n",
+              size, med, size / med);
+  return 0;
+}
+
+// -- dice nodes
+// -------------------------------------------------------------------
+
+struct config : caf::actor_system_config {
+  config() {
+    load<caf::io::middleman>();
+    dice::add_message_types(*this);
+  }
+};
+
+std::vector<pid_t> fork_collectors(int argc, char** argv, long n,
+                                   std::uint16_t port) {
+  std::vector<pid_t> pids;
+  for (long i = 0; i < n; ++i) {
+    auto pid = ::fork();
+    if (pid == 0) {
+      auto self = std::string{"/proc/self/exe"};
+      std::vector<std::string> args{argv[0],  "collector",
+                                    "--port", std::to_string(port),
+                                    "--node", std::to_string(i + 1)};
+      for (int j = 2; j < argc; ++j)
+        args.push_back(argv[j]);
+      std::vector<char*> cargs;
+      for (auto& a : args)
+        cargs.push_back(a.data());
+      cargs.push_back(nullptr);
+      ::execv(self.c_str(), cargs.data());
+      _exit(127);
+    }
+    pids.push_back(pid);
+  }
+  return pids;
+}
+
+void stop_all(const std::vector<pid_t>& pids) {
+  for (auto p : pids)
+    ::kill(p, SIGTERM);
+  for (auto p : pids)
+    ::waitpid(p, nullptr, 0);
+}
+
+dice::model_snapshot make_snapshot(long size) {
+  std::vector<std::uint8_t> bytes(static_cast<std::size_t>(size), 3);
+  dice::snapshot_builder b{dice::snapshot_builder::padded(bytes.size())};
+  b.add("w", dice::dtype::uint8, {size}, bytes.data(), bytes.size());
+  return b.build(0, 1, 0, 0);
+}
+
+// A collector node: answers each snapshot with an ack, or streams context.
+int collector_main(int argc, char** argv) {
+  config cfg;
+  caf::actor_system sys{cfg};
+  auto node = static_cast<std::uint32_t>(num(argc, argv, "node", 1));
+  auto mode = arg(argc, argv, "mode", "snapshot");
+  dice::bus_config bc;
+  bc.node = node;
+  auto bus = sys.spawn(dice::bus, bc);
+  caf::scoped_actor self{sys};
+  auto ack_topic = std::string{"ack"};
+  if (mode == "snapshot") {
+    auto member = sys.spawn([=](caf::event_based_actor* me) -> caf::behavior {
+      return {[=](const std::string&, const dice::model_snapshot& x) {
+        dice::context_delta d;
+        d.sender = node;
+        d.seq = static_cast<std::uint64_t>(x.version);
+        me->send(bus, dice::publish_atom::value, ack_topic, node,
+                 caf::make_message(ack_topic, d));
+      }};
+    });
+    self->send(bus, dice::join_atom::value, node, dice::role_set{}, member,
+               std::vector<std::string>{"model"});
+    self->receive([](const std::vector<dice::finish>&) {});
+    self->send(bus, dice::attach_atom::value, std::string{"127.0.0.1"},
+               static_cast<std::uint16_t>(num(argc, argv, "port", 0)));
+    for (;;)
+      std::this_thread::sleep_for(1h); // until the learner's SIGTERM
+  }
+  // context: stream deltas of `batch` transitions, at most `window` in
+  // flight (the learner acks each delta).
+  auto obs = num(argc, argv, "obs", 4);
+  auto batch = num(argc, argv, "batch", 1000);
+  auto window = num(argc, argv, "window", 8);
+  // One transition: obs, next_obs, action, reward, done as floats.
+  std::vector<float> items(static_cast<std::size_t>(batch * (2 * obs + 3)),
+                           0.5f);
+  auto p = dice::pack(items, node);
+  p.count = static_cast<std::uint64_t>(batch);
+  self->send(bus, dice::join_atom::value, node, dice::role_set{},
+             caf::actor{self}, std::vector<std::string>{ack_topic});
+  self->receive([](const std::vector<dice::finish>&) {});
+  self->send(bus, dice::attach_atom::value, std::string{"127.0.0.1"},
+             static_cast<std::uint16_t>(num(argc, argv, "port", 0)));
+  self->request(bus, 30s, dice::peers_atom::value, std::uint32_t{1})
+    .receive([](std::uint32_t) {},
+             [](caf::error&) {
+               _exit(2);
+             });
+  auto topic = std::string{"context_exchanger_collector"};
+  std::uint64_t seq = 0;
+  long in_flight = 0;
+  for (;;) {
+    while (in_flight < window) {
+      dice::context_delta d;
+      d.sender = node;
+      d.seq = ++seq;
+      d.env_step = batch;
+      d.trajectories = {p};
+      self->send(bus, dice::publish_atom::value, topic, node,
+                 caf::make_message(topic, std::move(d)));
+      ++in_flight;
+    }
+    self->receive([&](const std::string&, const dice::context_delta& a) {
+      if (a.sender == node)
+        --in_flight;
+    });
+  }
+}
+
+int snapshot_main(int argc, char** argv) {
+  auto n = num(argc, argv, "collectors", 1);
+  auto size = num(argc, argv, "size", 6'800'000);
+  auto rounds = num(argc, argv, "rounds", 10);
+  config cfg;
+  caf::actor_system sys{cfg};
+  dice::bus_config bc;
+  bc.node = 0;
+  bc.chunk_bytes = static_cast<std::size_t>(
+    num(argc, argv, "chunk", static_cast<long>(dice::default_chunk_bytes)));
+  auto bus = sys.spawn(dice::bus, bc);
+  auto port = sys.middleman().publish(bus, 0, "127.0.0.1");
+  if (!port)
+    return 1;
+  caf::scoped_actor self{sys};
+  self->send(bus, dice::join_atom::value, std::uint32_t{0}, dice::role_set{},
+             caf::actor{self}, std::vector<std::string>{"ack"});
+  self->receive([](const std::vector<dice::finish>&) {});
+  auto pids = fork_collectors(argc, argv, n, *port);
+  bool ok = true;
+  self
+    ->request(bus, 30s, dice::peers_atom::value, static_cast<std::uint32_t>(n))
+    .receive([](std::uint32_t) {},
+             [&](caf::error&) {
+               ok = false;
+             });
+  if (!ok) {
+    stop_all(pids);
+    return 2;
+  }
+  auto x = make_snapshot(size);
+  std::vector<double> times;
+  for (long r = 0; r < rounds + 2; ++r) {
+    x.version = r + 1;
+    auto t0 = clk::now();
+    self->send(bus, dice::publish_atom::value, std::string{"model"},
+               std::uint32_t{0}, caf::make_message(std::string{"model"}, x));
+    long acks = 0;
+    while (acks < n) {
+      bool timeout = false;
+      self->receive(
+        [&](const std::string&, const dice::context_delta& d) {
+          if (d.seq == static_cast<std::uint64_t>(x.version))
+            ++acks;
+        },
+        caf::after(30s) >>
+          [&] {
+            timeout = true;
+          });
+      if (timeout) {
+        stop_all(pids);
+        return 3;
+      }
+    }
+    if (r >= 2) // two warm-up rounds
+      times.push_back(secs(clk::now() - t0));
+  }
+  stop_all(pids);
+  std::sort(times.begin(), times.end());
+  auto med = times[times.size() / 2];
+  std::printf("{\"mode\":\"snapshot\",\"collectors\":%ld,\"size\":%ld,"
+              "\"round_s\":%.6f,\"bytes_per_s\":%.1f}\n",
+              n, size, med, static_cast<double>(size) * n / med);
+  self->send_exit(bus, caf::exit_reason::user_shutdown);
+  return 0;
+}
+
+int context_main(int argc, char** argv) {
+  auto n = num(argc, argv, "collectors", 3);
+  auto obs = num(argc, argv, "obs", 4);
+  auto seconds = std::stod(arg(argc, argv, "seconds", "3"));
+  config cfg;
+  caf::actor_system sys{cfg};
+  dice::bus_config bc;
+  bc.node = 0;
+  auto bus = sys.spawn(dice::bus, bc);
+  auto port = sys.middleman().publish(bus, 0, "127.0.0.1");
+  if (!port)
+    return 1;
+  caf::scoped_actor self{sys};
+  auto topic = std::string{"context_exchanger_collector"};
+  self->send(bus, dice::join_atom::value, std::uint32_t{0}, dice::role_set{},
+             caf::actor{self}, std::vector<std::string>{topic});
+  self->receive([](const std::vector<dice::finish>&) {});
+  std::vector<std::string> extra{"--mode", "context"};
+  std::vector<char*> args(argv, argv + argc);
+  for (auto& e : extra)
+    args.push_back(e.data());
+  auto pids = fork_collectors(static_cast<int>(args.size()), args.data(), n,
+                              *port);
+  bool ok = true;
+  self
+    ->request(bus, 30s, dice::peers_atom::value, static_cast<std::uint32_t>(n))
+    .receive([](std::uint32_t) {},
+             [&](caf::error&) {
+               ok = false;
+             });
+  if (!ok) {
+    stop_all(pids);
+    return 2;
+  }
+  std::uint64_t transitions = 0;
+  std::uint64_t bytes = 0;
+  auto ack = std::string{"ack"};
+  auto handle = [&](const std::string&, const dice::context_delta& d) {
+    transitions += dice::item_count(d.trajectories);
+    for (auto& p : d.trajectories)
+      bytes += p.bytes.size();
+    dice::context_delta a;
+    a.sender = d.sender;
+    self->send(bus, dice::publish_atom::value, ack, std::uint32_t{0},
+               caf::make_message(ack, a));
+  };
+  // Warm-up, then count.
+  auto warm = clk::now() + 500ms;
+  while (clk::now() < warm)
+    self->receive(
+      handle, caf::after(1s) >> [] {});
+  transitions = 0;
+  bytes = 0;
+  auto t0 = clk::now();
+  auto end = t0
+    + std::chrono::duration_cast<clk::duration>(
+               std::chrono::duration<double>(seconds));
+  while (clk::now() < end)
+    self->receive(
+      handle, caf::after(1s) >> [] {});
+  auto dt = secs(clk::now() - t0);
+  stop_all(pids);
+  std::printf("{\"mode\":\"context\",\"collectors\":%ld,\"obs\":%ld,"
+              "\"transitions_per_s\":%.1f,\"bytes_per_s\":%.1f}\n",
+              n, obs, transitions / dt, bytes / dt);
+  self->send_exit(bus, caf::exit_reason::user_shutdown);
+  return 0;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr,
+                 "usage: remote_bench tcp|snapshot|context|collector "
+                 "[--size S] [--rounds R] [--collectors N] ...\n");
+    return 1;
+  }
+  std::string mode = argv[1];
+  if (mode == "tcp")
+    return tcp_main(num(argc, argv, "size", 6'800'000),
+                    num(argc, argv, "rounds", 10));
+  if (mode == "collector")
+    return collector_main(argc, argv);
+  if (mode == "snapshot")
+    return snapshot_main(argc, argv);
+  if (mode == "context")
+    return context_main(argc, argv);
+  std::fprintf(stderr, "unknown mode %s\n", mode.c_str());
+  return 1;
+}
