@@ -22,7 +22,7 @@ namespace {
 //   theta' = 0.03 + 0.02 * 0.04, theta_dot' = 0.04 + 0.02 * thetaacc.
 constexpr cartpole_state s0{0.01, 0.02, 0.03, 0.04};
 
-TEST(cartpole, one_step_push_right_matches_the_equations) {
+TEST(Cartpole, OneStepPushRightMatchesTheEquations) {
   auto s = cartpole_dynamics(s0, 1);
   EXPECT_NEAR(s.x, 0.0104, 1e-15);
   EXPECT_NEAR(s.x_dot, 0.21467919574755523, 1e-13);
@@ -30,7 +30,7 @@ TEST(cartpole, one_step_push_right_matches_the_equations) {
   EXPECT_NEAR(s.theta_dot, -0.2430687179600081, 1e-13);
 }
 
-TEST(cartpole, one_step_push_left_matches_the_equations) {
+TEST(Cartpole, OneStepPushLeftMatchesTheEquations) {
   auto s = cartpole_dynamics(s0, 0);
   EXPECT_NEAR(s.x, 0.0104, 1e-15);
   EXPECT_NEAR(s.x_dot, -0.17553901710278938, 1e-13);
@@ -38,7 +38,7 @@ TEST(cartpole, one_step_push_left_matches_the_equations) {
   EXPECT_NEAR(s.theta_dot, 0.34199522377603914, 1e-13);
 }
 
-TEST(cartpole, step_returns_float_observation_and_reward_one) {
+TEST(Cartpole, StepReturnsFloatObservationAndRewardOne) {
   cartpole env{1};
   env.set_state(s0);
   auto r = env.step(1);
@@ -51,11 +51,11 @@ TEST(cartpole, step_returns_float_observation_and_reward_one) {
   EXPECT_EQ(env.elapsed_steps(), 1);
 }
 
-TEST(cartpole, theta_threshold_is_twelve_degrees) {
+TEST(Cartpole, ThetaThresholdIsTwelveDegrees) {
   EXPECT_DOUBLE_EQ(cartpole_params::theta_threshold, 0.20943951023931953);
 }
 
-TEST(cartpole, terminates_strictly_beyond_the_thresholds) {
+TEST(Cartpole, TerminatesStrictlyBeyondTheThresholds) {
   const double th = cartpole_params::theta_threshold;
   EXPECT_FALSE(cartpole_terminated({2.4, 0, 0, 0}));
   EXPECT_TRUE(cartpole_terminated({2.4000001, 0, 0, 0}));
@@ -79,7 +79,7 @@ TEST(cartpole, terminates_strictly_beyond_the_thresholds) {
   EXPECT_TRUE(env.step(1).terminated);
 }
 
-TEST(cartpole, truncates_at_500_steps) {
+TEST(Cartpole, TruncatesAt500Steps) {
   cartpole env{2};
   for (int i = 1; i <= 500; ++i) {
     env.set_state({}); // upright and still: never terminates
@@ -91,7 +91,7 @@ TEST(cartpole, truncates_at_500_steps) {
   EXPECT_EQ(env.elapsed_steps(), 0);
 }
 
-TEST(cartpole, reset_is_uniform_in_a_small_box_and_seeded) {
+TEST(Cartpole, ResetIsUniformInASmallBoxAndSeeded) {
   cartpole a{7};
   cartpole b{7};
   cartpole c{8};
@@ -111,7 +111,7 @@ TEST(cartpole, reset_is_uniform_in_a_small_box_and_seeded) {
   EXPECT_GT(seen.size(), 390u);
 }
 
-TEST(vec_cartpole, auto_resets_and_keeps_the_final_observation) {
+TEST(VecCartpole, AutoResetsAndKeepsTheFinalObservation) {
   vec_cartpole envs{3, 5};
   ASSERT_EQ(envs.obs().size(), 12u);
   // Always pushing right topples every pole within a few dozen steps.
@@ -142,7 +142,7 @@ TEST(vec_cartpole, auto_resets_and_keeps_the_final_observation) {
   EXPECT_LT(steps, 100);
 }
 
-TEST(vec_cartpole, random_policy_returns_about_22) {
+TEST(VecCartpole, RandomPolicyReturnsAbout22) {
   vec_cartpole envs{16, 11};
   std::mt19937_64 rng{3};
   std::bernoulli_distribution coin{0.5};

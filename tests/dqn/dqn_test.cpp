@@ -39,7 +39,7 @@ void expect_close(const torch::Tensor& x, std::vector<float> want) {
     EXPECT_NEAR(c.data_ptr<float>()[i], want[i], 1e-5) << "index " << i;
 }
 
-TEST(td_target, max_over_the_target_net) {
+TEST(TdTarget, MaxOverTheTargetNet) {
   // r + discount * max_a Q'(s', a): 1 + 0.99 * 3, 0.5 + 0 * 5 (terminal),
   // 2 + 0.9801 * -1.
   auto t = td_target(vec({1, 0.5, 2}), vec({0.99f, 0, 0.9801f}),
@@ -47,7 +47,7 @@ TEST(td_target, max_over_the_target_net) {
   expect_close(t, {3.97f, 0.5f, 1.0199f});
 }
 
-TEST(td_target, double_dqn_picks_the_action_with_the_online_net) {
+TEST(TdTarget, DoubleDqnPicksTheActionWithTheOnlineNet) {
   // Online argmax: 0, 1, 1 -> target values 1, 2, -2.
   auto t = td_target(vec({1, 0.5, 2}), vec({0.99f, 0, 0.9801f}),
                      mat({1, 3, 5, 2, -1, -2}, 3), mat({2, 1, 0, 1, 0, 3}, 3));
@@ -68,7 +68,7 @@ struct nstep_fixture {
   }
 };
 
-TEST(nstep, sums_three_discounted_rewards_and_flushes_on_termination) {
+TEST(Nstep, SumsThreeDiscountedRewardsAndFlushesOnTermination) {
   nstep_fixture f;
   f.step(1, 1);
   f.step(2, 2);
@@ -89,7 +89,7 @@ TEST(nstep, sums_three_discounted_rewards_and_flushes_on_termination) {
     EXPECT_EQ(f.out.discount[i], 0.0f) << i; // nothing to bootstrap from
 }
 
-TEST(nstep, truncation_still_bootstraps) {
+TEST(Nstep, TruncationStillBootstraps) {
   nstep_fixture f;
   f.step(1, 1);
   f.step(2, 1, false, true);
@@ -110,7 +110,7 @@ bool same_params(torch::nn::Module& a, torch::nn::Module& b) {
   return true;
 }
 
-TEST(target_network, hard_and_soft_updates) {
+TEST(TargetNetwork, HardAndSoftUpdates) {
   torch::manual_seed(1);
   q_network a{8};
   q_network b{8};
@@ -123,7 +123,7 @@ TEST(target_network, hard_and_soft_updates) {
   EXPECT_TRUE(same_params(*a, *b));
 }
 
-TEST(target_network, learner_copies_online_every_k_steps) {
+TEST(TargetNetwork, LearnerCopiesOnlineEveryKSteps) {
   torch::manual_seed(2);
   dqn_config cfg;
   cfg.hidden = 16;
@@ -144,7 +144,7 @@ TEST(target_network, learner_copies_online_every_k_steps) {
   EXPECT_EQ(l.updates(), 3);
 }
 
-TEST(learner, fits_a_fixed_target) {
+TEST(Learner, FitsAFixedTarget) {
   // With discount 0 the target is the reward: the loss must fall.
   torch::manual_seed(3);
   dqn_config cfg;
@@ -161,7 +161,7 @@ TEST(learner, fits_a_fixed_target) {
   EXPECT_LT(last, first * 0.1f);
 }
 
-TEST(replay_buffer, keeps_the_newest_and_samples_what_it_holds) {
+TEST(ReplayBuffer, KeepsTheNewestAndSamplesWhatItHolds) {
   replay_buffer buf{3, 1};
   transition_batch xs;
   for (int i = 0; i < 5; ++i) {
@@ -182,7 +182,7 @@ TEST(replay_buffer, keeps_the_newest_and_samples_what_it_holds) {
   EXPECT_TRUE(torch::equal(s.action, r.to(torch::kLong) % 2));
 }
 
-TEST(epsilon, linear_and_exponential_decay) {
+TEST(Epsilon, LinearAndExponentialDecay) {
   dqn_config cfg;
   cfg.eps_start = 1.0;
   cfg.eps_end = 0.1;
@@ -195,7 +195,7 @@ TEST(epsilon, linear_and_exponential_decay) {
   EXPECT_NEAR(epsilon_at(cfg, 100), 0.1 + 0.9 * std::exp(-1.0), 1e-12);
 }
 
-TEST(transition_batch, round_trips_through_a_payload) {
+TEST(TransitionBatch, RoundTripsThroughAPayload) {
   transition_batch xs;
   xs.obs = {1, 2, 3, 4};
   xs.next_obs = {5, 6, 7, 8};
@@ -222,7 +222,7 @@ std::filesystem::path scratch_dir(const std::string& name) {
   return dir;
 }
 
-TEST(checkpoint, save_and_load_round_trip) {
+TEST(Checkpoint, SaveAndLoadRoundTrip) {
   auto dir = scratch_dir("dqn_checkpoint");
   torch::manual_seed(4);
   q_network a{8};
@@ -235,7 +235,7 @@ TEST(checkpoint, save_and_load_round_trip) {
   EXPECT_ANY_THROW(load_checkpoint(wrong, path));
 }
 
-TEST(greedy, random_network_is_poor_at_cartpole) {
+TEST(Greedy, RandomNetworkIsPoorAtCartpole) {
   torch::manual_seed(5);
   q_network net{8};
   auto returns = evaluate_greedy(net, 10, 1);
@@ -251,7 +251,7 @@ std::string read_all(const std::filesystem::path& p) {
   return {std::istreambuf_iterator<char>{f}, {}};
 }
 
-TEST(end_to_end, short_in_process_run_beats_a_random_policy) {
+TEST(EndToEnd, ShortInProcessRunBeatsARandomPolicy) {
   auto dir = scratch_dir("dqn_e2e");
   caf::actor_system_config cfg;
   dice::add_message_types(cfg);

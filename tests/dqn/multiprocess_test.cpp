@@ -40,7 +40,7 @@ struct scratch {
   }
 };
 
-TEST(multiprocess, three_processes_beat_a_random_policy) {
+TEST(Multiprocess, ThreeProcessesBeatARandomPolicy) {
   scratch out{"dice_dqn_mp"};
   auto t0 = std::chrono::steady_clock::now();
   // The learner stops the run at 35 s or 60k env steps at the latest; the

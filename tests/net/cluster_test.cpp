@@ -79,7 +79,7 @@ std::uint16_t free_ports(int n) {
 const std::regex trace_line{
   "collect iteration ([0-9]+) model_version (-?[0-9]+) train_iter ([0-9]+)"};
 
-TEST(reconnect, collector_gets_the_restarted_learners_model_first) {
+TEST(Reconnect, CollectorGetsTheRestartedLearnersModelFirst) {
   auto learner_args = [](std::vector<std::string> extra) {
     auto args = hello({"--dice.node-id=0", "--dice.workers=2",
                        "--dice.topology=star", "--dice.peer-loss-timeout=10s"});
@@ -257,7 +257,7 @@ class netns_pair {
   std::string why_;
 };
 
-TEST(two_hosts, learner_and_collector_in_two_network_namespaces) {
+TEST(TwoHosts, LearnerAndCollectorInTwoNetworkNamespaces) {
   // Declared first: destroyed last, after the processes inside it.
   netns_pair ns;
   if (!ns.ok())
@@ -294,7 +294,7 @@ TEST(two_hosts, learner_and_collector_in_two_network_namespaces) {
 // -- SLURM and fixed ports
 // -----------------------------------------------------
 
-TEST(slurm, srun_environment_forms_a_cluster_on_the_given_port) {
+TEST(Slurm, SrunEnvironmentFormsAClusterOnTheGivenPort) {
   auto base = free_ports(3);
   ASSERT_NE(base, 0) << "no three free ports in a row";
   // What srun sets for 3 tasks on one host; --dice.port is the base port.
@@ -333,7 +333,7 @@ TEST(slurm, srun_environment_forms_a_cluster_on_the_given_port) {
   EXPECT_EQ(json_int(*l, "env_step"), json_int(*c, "env_step")) << *l << *c;
 }
 
-TEST(launch, fixed_ports_are_honoured) {
+TEST(Launch, FixedPortsAreHonoured) {
   auto base = free_ports(3);
   ASSERT_NE(base, 0) << "no three free ports in a row";
   child_process launch{{bin_dir + "dice-launch", "--workers", "3", "--ports",

@@ -214,7 +214,7 @@ std::vector<std::string> node_args(int id, int workers,
 
 const std::regex port_line{"dice-node 0 listening on port ([0-9]+)"};
 
-TEST(process, launch_three_workers_sums_env_step) {
+TEST(Process, LaunchThreeWorkersSumsEnvStep) {
   auto t0 = clock_type::now();
   process launch{{bin_dir + "dice-launch", "--workers", "3", "--",
                   bin_dir + "hello_exchange", "--steps=20"}};
@@ -241,7 +241,7 @@ TEST(process, launch_three_workers_sums_env_step) {
   std::cout << "3-node run took " << secs << " s" << std::endl;
 }
 
-TEST(process, finish_from_a_collector_ends_every_node) {
+TEST(Process, FinishFromACollectorEndsEveryNode) {
   // The learner would run (almost) forever; a collector's max_step ends it.
   process launch{{bin_dir + "dice-launch", "--workers", "4", "--topology",
                   "star", "--", bin_dir + "hello_exchange", "--steps=100000000",
@@ -261,7 +261,7 @@ TEST(process, finish_from_a_collector_ends_every_node) {
   EXPECT_EQ(reports(launch.lines()).size(), 4u) << launch.text();
 }
 
-TEST(process, killed_collector_is_detected_and_rejoins) {
+TEST(Process, KilledCollectorIsDetectedAndRejoins) {
   process learner{node_args(0, 4, "", {"--steps=100000000"})};
   std::smatch m;
   ASSERT_TRUE(learner.wait_for(port_line, 20s, &m)) << learner.text();
