@@ -202,6 +202,8 @@ middleware context_exchanger(context_exchanger_options opts) {
                    "unexpected result, please check your code.");
     st->active = true;
     st->handles = detail::handles_of(svc);
+    if (st->opts.storage_loader)
+      svc.flush_before_done(caf::actor_cast<caf::actor>(st->opts.storage_loader));
     // Subscribe to every role this node does not have.
     for (auto r : all_roles) {
       if (st->has(r))

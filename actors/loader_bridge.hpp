@@ -5,9 +5,9 @@
 // with a message on the exchanger's own topic, so the exchanger's handler
 // sees a loaded item exactly like one that came over the bus.
 
-#include "dice/actors/role_actor.hpp"
 #include "dice/log.hpp"
 #include "dice/messages/storage_ref.hpp"
+#include "dice/type_ids.hpp"
 #include "dice/middleware.hpp"
 
 #include "caf/actor_cast.hpp"
@@ -26,14 +26,9 @@ struct role_handles {
   caf::actor bus;
 };
 
-/// Handles of the role actor `svc` belongs to (null outside a role actor).
+/// Handles of the role actor `svc` belongs to.
 inline role_handles handles_of(node_services& svc) {
-  role_handles result;
-  if (auto rs = dynamic_cast<role_state*>(&svc)) {
-    result.self = caf::actor_cast<caf::actor>(rs->self);
-    result.bus = caf::actor_cast<caf::actor>(rs->cfg.bus);
-  }
-  return result;
+  return role_handles{svc.handle(), svc.bus_handle()};
 }
 
 /// If `msg` is `(topic, storage_ref)`: asks `loader` to load it and send

@@ -107,6 +107,10 @@ auto loader_behavior(Self self, loader_options opts) {
       }
       caf::anon_send(to, topic, std::move(*x));
     },
+    [=](flush_atom) {
+      // Mailboxes are FIFO: every save queued before this is published.
+      return true;
+    },
     [=](tick_atom) {
       auto& st = self->state;
       st.sweeping = false;

@@ -70,6 +70,8 @@ middleware model_exchanger(model_port_ptr model, model_exchanger_options opts) {
     st->active = true;
     st->is_learner = roles.has(role::learner);
     st->handles = detail::handles_of(svc);
+    if (st->opts.model_loader)
+      svc.flush_before_done(caf::actor_cast<caf::actor>(st->opts.model_loader));
     if (!st->is_learner)
       svc.subscribe(model_topic, [st](const caf::type_erased_tuple& msg) {
         if (auto x = detail::model_cache::unwrap(msg))

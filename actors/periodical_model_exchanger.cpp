@@ -111,6 +111,8 @@ middleware periodical_model_exchanger(model_port_ptr model,
     // DI-engine never initialised `_time`; dice starts it at attach time.
     st->cache.arrived = svc.now();
     st->handles = detail::handles_of(svc);
+    if (st->opts.model_loader)
+      svc.flush_before_done(caf::actor_cast<caf::actor>(st->opts.model_loader));
     if (st->opts.mode == exchange_mode::receive)
       svc.subscribe(st->opts.event_name, [st](const caf::type_erased_tuple& msg) {
         if (auto x = detail::model_cache::unwrap(msg))

@@ -1,11 +1,13 @@
 #include "dice/actors/role_actor.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <exception>
 #include <iostream>
 #include <mutex>
 #include <random>
 
+#include "dice/errc.hpp"
 #include "dice/log.hpp"
 
 #include "caf/actor_system.hpp"
@@ -71,6 +73,20 @@ bool role_state::finished() const {
 
 void role_state::request_finish(std::string reason) {
   on_finish(finish{cfg.node, std::move(reason), false}, true);
+}
+
+void role_state::flush_before_done(caf::actor worker) {
+  if (worker && std::find(flush_targets.begin(), flush_targets.end(), worker)
+                  == flush_targets.end())
+    flush_targets.push_back(std::move(worker));
+}
+
+caf::actor role_state::handle() {
+  return caf::actor_cast<caf::actor>(self);
+}
+
+caf::actor role_state::bus_handle() {
+  return caf::actor_cast<caf::actor>(cfg.bus);
 }
 
 node_report& role_state::report() {
@@ -266,10 +282,33 @@ void role_state::stop(const std::string& reason) {
     finish_sent = true;
     self->send(cfg.bus, finish{cfg.node, reason, false});
   }
-  self->send(cfg.bus, done_atom::value, cfg.node,
-             caf::actor_cast<caf::actor>(self));
   drain_id = ++wait_id;
   self->delayed_send(self, cfg.drain_timeout, deadline_atom::value, drain_id);
+  if (flush_targets.empty()) {
+    send_done();
+    return;
+  }
+  // A loader publishes what it stored straight to the bus: flush it first,
+  // so that the bus sees those publishes before this node's done.
+  pending_flushes = flush_targets.size();
+  for (auto& worker : flush_targets)
+    self->request(worker, cfg.drain_timeout, flush_atom::value)
+      .then(
+        [this](bool) {
+          if (--pending_flushes == 0)
+            send_done();
+        },
+        [this](caf::error& err) {
+          log::warning(cfg.node, "a loader did not flush before the node "
+                                 "stopped: " + render(err));
+          if (--pending_flushes == 0)
+            send_done();
+        });
+}
+
+void role_state::send_done() {
+  self->send(cfg.bus, done_atom::value, cfg.node,
+             caf::actor_cast<caf::actor>(self));
 }
 
 void role_state::quit_now() {

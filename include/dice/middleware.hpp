@@ -11,6 +11,7 @@
 #include "dice/node_report.hpp"
 #include "dice/role.hpp"
 
+#include "caf/actor.hpp"
 #include "caf/actor_clock.hpp"
 #include "caf/fwd.hpp"
 #include "caf/message.hpp"
@@ -82,6 +83,17 @@ public:
 
   /// Ends the run after the current iteration (e.g. a stop value reached).
   virtual void request_finish(std::string reason) = 0;
+
+  /// Work a node hands to `worker` (e.g. a loader that stores and then
+  /// publishes) must reach the bus before the node reports done: when the
+  /// node stops it asks each such worker to flush first.
+  virtual void flush_before_done(caf::actor worker) = 0;
+
+  /// The role actor itself (a worker sends what it loaded here).
+  virtual caf::actor handle() = 0;
+
+  /// The node's bus (a worker publishes what it stored there).
+  virtual caf::actor bus_handle() = 0;
 
   /// Counters reported at the end of the run.
   virtual node_report& report() = 0;

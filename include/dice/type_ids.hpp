@@ -63,6 +63,8 @@ CAF_BEGIN_TYPE_ID_BLOCK(dice, caf::first_custom_type_id)
   CAF_ADD_ATOM(dice, dice, save_atom, "save")
   /// Asks a loader to read what a storage_ref points at.
   CAF_ADD_ATOM(dice, dice, load_atom, "load")
+  /// Answered once everything queued before it has been handled (a barrier).
+  CAF_ADD_ATOM(dice, dice, flush_atom, "flush")
 
 CAF_END_TYPE_ID_BLOCK(dice)
 

@@ -244,3 +244,35 @@ TEST_F(exchanger_loaders, context_travels_as_references_and_is_summed) {
 }
 
 } // namespace
+
+// A loader publishes straight to the bus; the node's done waits for the
+// loader to flush, so what the last iteration stored still reaches the
+// learner before anyone stops.
+TEST_F(exchanger_loaders, the_last_iterations_stored_context_is_not_lost) {
+  auto bus = spawn_bus();
+  context_exchanger_options lo;
+  lo.storage_loader = storage_loader(0);
+  pipeline lp;
+  lp.use(context_exchanger(lo));
+  auto l = spawn_role(bus, 0, {role::learner}, std::move(lp));
+  context_exchanger_options co;
+  co.storage_loader = storage_loader(2);
+  middleware collect;
+  collect.name = "collect";
+  collect.before = [](context& ctx) -> step {
+    ctx.env_step += 7;
+    ctx.trajectories = {pack(std::vector<int>{1, 2, 3, 4, 5, 6, 7}, 2)};
+    return proceed;
+  };
+  pipeline cp;
+  cp.use(context_exchanger(co)).use(std::move(collect));
+  // One iteration, then the collector ends the run: its only delta goes
+  // through the loader after its finish.
+  auto c = spawn_role(bus, 2, {role::collector}, std::move(cp), 1);
+  start({l, c});
+  auto reps = reports();
+  ASSERT_EQ(reps.size(), 2u);
+  EXPECT_EQ(reps[2].env_step, 7);
+  EXPECT_EQ(reps[0].env_step, 7);
+  EXPECT_EQ(reps[0].trajectories_received, 7);
+}

@@ -77,6 +77,9 @@ struct role_state : node_services {
   caf::actor_clock::time_point now() const override;
   bool finished() const override;
   void request_finish(std::string reason) override;
+  void flush_before_done(caf::actor worker) override;
+  caf::actor handle() override;
+  caf::actor bus_handle() override;
   node_report& report() override;
   caf::actor_system& system() override;
 
@@ -110,6 +113,9 @@ struct role_state : node_services {
   /// Ends iterating: tells the bus this node is done and waits (bounded)
   /// until every member is, still receiving messages.
   void stop(const std::string& reason);
+
+  /// Tells the bus this node is done (after the workers flushed).
+  void send_done();
 
   /// Runs the stop hooks, reports and quits.
   void quit_now();
@@ -149,6 +155,10 @@ struct role_state : node_services {
   bool stopped = false;
   /// quit_now() ran.
   bool quitted = false;
+  /// Workers to flush before telling the bus this node is done.
+  std::vector<caf::actor> flush_targets;
+  /// Flush answers still outstanding.
+  std::size_t pending_flushes = 0;
   /// Identifies the drain deadline message.
   std::uint64_t drain_id = 0;
   /// This node already told the bus that the run is over.

@@ -33,6 +33,9 @@ using storage_loader_actor = caf::typed_actor<
   // load(ref, receiver, topic): load, then send (topic, context_delta) to the
   // receiver; a deleted or expired item gives DI-engine's warning instead.
   caf::reacts_to<load_atom, storage_ref, caf::actor, std::string>,
+  // flush -> true once every earlier save has been published (the role
+  // actor's barrier before it tells its bus it is done)
+  caf::replies_to<flush_atom>::with<bool>,
   // internal: remove expired items
   caf::reacts_to<tick_atom>>;
 
