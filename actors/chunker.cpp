@@ -112,15 +112,17 @@ snapshot_chunker::add(snapshot_chunk&& c, std::uint32_t node) {
     p.header = std::move(c.header);
     if (c.count == 1) {
       // One chunk: its bytes are the buffer, no copy.
-      p.buf = c.bytes.release();
+      p.whole = c.bytes.release();
     } else {
-      p.buf.resize(c.total);
+      // Not zero-filled: every byte is written by exactly one chunk before
+      // the snapshot is delivered (ranges are checked to be contiguous).
+      p.buf = writable_bytes{static_cast<std::size_t>(c.total)};
     }
     i = partial_.emplace(k, std::move(p)).first;
     if (c.count == 1) {
       auto& q = i->second;
-      if (q.buf.size() != q.total || c.offset != 0
-          || checksum64(q.buf.data(), q.buf.size()) != c.checksum) {
+      if (q.whole.size() != q.total || c.offset != 0
+          || checksum64(q.whole.data(), q.whole.size()) != c.checksum) {
         drop(i, node, "checksum or size mismatch in chunk 0");
         return std::nullopt;
       }
@@ -141,11 +143,13 @@ snapshot_chunker::add(snapshot_chunk&& c, std::uint32_t node) {
       drop(i, node, "chunk " + std::to_string(c.seq) + " has a bad range");
       return std::nullopt;
     }
-    if (checksum64(c.bytes.data(), len) != c.checksum) {
+    // Hashed while copied (one pass); a mismatch drops the whole buffer,
+    // so the bytes already copied are never seen.
+    if (copy_checksum64(p.buf.data() + c.offset, c.bytes.data(), len)
+        != c.checksum) {
       drop(i, node, "checksum mismatch in chunk " + std::to_string(c.seq));
       return std::nullopt;
     }
-    std::memcpy(p.buf.data() + c.offset, c.bytes.data(), len);
     p.filled += len;
     ++p.next;
   }
@@ -159,7 +163,8 @@ snapshot_chunker::add(snapshot_chunk&& c, std::uint32_t node) {
   result.topic = std::move(p.topic);
   result.sender = p.sender;
   result.snapshot = std::move(p.header);
-  result.snapshot.data = shared_bytes{std::move(p.buf)};
+  result.snapshot.data = p.count == 1 ? std::move(p.whole)
+                                      : shared_bytes{std::move(p.buf)};
   partial_.erase(i);
   ++completed_;
   return result;

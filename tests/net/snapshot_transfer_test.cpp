@@ -60,6 +60,24 @@ TEST(checksum64, detects_a_flipped_bit) {
   EXPECT_NE(dice::checksum64(xs.data(), xs.size()), before);
 }
 
+TEST(checksum64, streamed_and_copied_forms_match_one_call) {
+  // Lengths around the 32-byte stripes and the 32 KiB copy blocks.
+  for (std::size_t n : {0u, 1u, 31u, 32u, 33u, 100u, 32768u, 70001u}) {
+    std::vector<std::uint8_t> xs(n);
+    std::iota(xs.begin(), xs.end(), 3);
+    auto expected = dice::checksum64(xs.data(), n, 77);
+    std::vector<std::uint8_t> out(n);
+    EXPECT_EQ(dice::copy_checksum64(out.data(), xs.data(), n, 77), expected);
+    EXPECT_EQ(out, xs);
+    for (std::size_t piece : {1u, 7u, 32u, 1000u}) {
+      dice::checksum64_stream sum{77};
+      for (std::size_t i = 0; i < n; i += piece)
+        sum.update(xs.data() + i, std::min(piece, n - i));
+      EXPECT_EQ(sum.digest(), expected) << n << " bytes in pieces of " << piece;
+    }
+  }
+}
+
 // -- chunker ------------------------------------------------------------------
 
 class chunker : public ::testing::Test {

@@ -83,7 +83,10 @@ class snapshot_chunker {
     std::uint64_t total = 0;
     std::uint64_t filled = 0;
     model_snapshot header;
-    std::vector<std::uint8_t> buf;
+    // Several chunks: the assembly buffer, uninitialized until filled.
+    writable_bytes buf;
+    // One chunk: its bytes as received, no copy.
+    shared_bytes whole;
   };
 
   using key = std::pair<std::uint32_t, std::uint64_t>;
