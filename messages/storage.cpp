@@ -11,7 +11,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cstdlib>
+#include <mutex>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -30,17 +33,26 @@ std::string sys_error(const std::string& what) {
 
 // A unique name per save: node, process, a counter and a random tag (two
 // runs of one node id never collide).
+// ".PID.TAG." of this process: part of every name it creates.
+const std::string& own_tag() {
+  static const std::string result = [] {
+    std::random_device rd;
+    auto tag = (std::uint64_t{rd()} << 32) ^ rd();
+    char buf[64];
+    std::snprintf(buf, sizeof(buf), ".%ld.%016llx.",
+                  static_cast<long>(::getpid()),
+                  static_cast<unsigned long long>(tag));
+    return std::string{buf};
+  }();
+  return result;
+}
+
 std::string unique_name(const storage_options& opts, const char* suffix) {
   static std::atomic<std::uint64_t> counter{0};
-  static const std::uint64_t tag = [] {
-    std::random_device rd;
-    return (std::uint64_t{rd()} << 32) ^ rd();
-  }();
   char buf[96];
-  std::snprintf(buf, sizeof(buf), "dice.%u.%ld.%016llx.%llu%s", opts.node,
-                static_cast<long>(::getpid()),
-                static_cast<unsigned long long>(tag),
-                static_cast<unsigned long long>(++counter), suffix);
+  std::snprintf(buf, sizeof(buf), "dice.%u%s%llu%s", opts.node,
+                own_tag().c_str(), static_cast<unsigned long long>(++counter),
+                suffix);
   return buf;
 }
 
@@ -55,6 +67,29 @@ caf::error write_all(int fd, const std::uint8_t* p, std::size_t n) {
     p += k;
     n -= static_cast<std::size_t>(k);
   }
+  return caf::none;
+}
+
+// Bytes written or read per system call on the storage paths: hashed just
+// before (or after) the copy, so the checksum reads them from cache.
+constexpr std::size_t io_block = 256 * 1024;
+
+// Writes the parts back to back and returns their chained checksum (the same
+// as checksum_of), hashing each block just before the kernel copies it.
+caf::error write_parts(int fd, const std::vector<byte_span>& parts,
+                       std::uint64_t& checksum) {
+  std::uint64_t h = 0;
+  for (auto& [p, n] : parts) {
+    checksum64_stream sum{h};
+    for (std::size_t i = 0; i < n; i += io_block) {
+      auto k = std::min(io_block, n - i);
+      sum.update(p + i, k);
+      if (auto err = write_all(fd, p + i, k))
+        return err;
+    }
+    h = sum.digest();
+  }
+  checksum = h;
   return caf::none;
 }
 
@@ -80,12 +115,12 @@ caf::expected<storage_ref> store_file(const storage_options& opts,
   int fd = ::open(tmp.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0600);
   if (fd < 0)
     return make_error(errc::storage_failed, sys_error("cannot create " + tmp));
-  for (auto& [p, n] : parts)
-    if (auto err = write_all(fd, p, n)) {
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      return err;
-    }
+  std::uint64_t checksum = 0;
+  if (auto err = write_parts(fd, parts, checksum)) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    return err;
+  }
   ::close(fd);
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     auto err = make_error(errc::storage_failed, sys_error("rename " + tmp));
@@ -98,15 +133,109 @@ caf::expected<storage_ref> store_file(const storage_options& opts,
   ref.host = this_host();
   ref.size = total;
   ref.origin = opts.node;
+  ref.checksum = checksum;
   return ref;
+}
+
+// Shared-memory segments this process removed, kept under a private name
+// for its next store: writing into pages tmpfs already holds is a plain copy,
+// while a fresh segment costs page allocation, page-cache insertion and, on
+// removal, freeing (10x the copy). A removed segment is renamed first, so an
+// old reference never finds it (`storage_missing`, as before); a reader that
+// opened it before its removal and is still reading when it is reused gets
+// a checksum mismatch, never torn bytes. Bounded by `shm_pool_cap`; what is
+// left is unlinked at exit.
+constexpr std::size_t shm_pool_cap = std::size_t{512} << 20;
+constexpr std::size_t shm_pool_max = 8;
+
+struct shm_pool {
+  std::mutex mtx;
+  bool closed = false;
+  std::vector<std::pair<std::string, std::size_t>> free; // name, size
+  std::size_t bytes = 0;
+  std::uint64_t counter = 0;
+};
+
+shm_pool& the_shm_pool() {
+  // Leaked on purpose: storage may be removed during static destruction.
+  static auto* pool = [] {
+    auto* p = new shm_pool;
+    std::atexit([] {
+      auto& q = the_shm_pool();
+      std::lock_guard<std::mutex> guard{q.mtx};
+      for (auto& entry : q.free)
+        ::shm_unlink(entry.first.c_str());
+      q.free.clear();
+      q.closed = true;
+    });
+    return p;
+  }();
+  return *pool;
+}
+
+// POSIX shared memory lives in /dev/shm on Linux; renaming there is atomic.
+std::string shm_path(const std::string& name) {
+  return "/dev/shm" + name;
+}
+
+// Takes a pooled segment (the closest in size) and renames it to `name`.
+bool reuse_shm(const std::string& name, std::size_t total) {
+  auto& pool = the_shm_pool();
+  std::string old;
+  {
+    std::lock_guard<std::mutex> guard{pool.mtx};
+    auto best = pool.free.end();
+    auto dist = [&](std::size_t n) {
+      return n >= total ? n - total : total - n;
+    };
+    for (auto i = pool.free.begin(); i != pool.free.end(); ++i)
+      if (best == pool.free.end() || dist(i->second) < dist(best->second))
+        best = i;
+    if (best == pool.free.end())
+      return false;
+    old = best->first;
+    pool.bytes -= best->second;
+    pool.free.erase(best);
+  }
+  if (::rename(shm_path(old).c_str(), shm_path(name).c_str()) == 0)
+    return true;
+  ::shm_unlink(old.c_str());
+  return false;
+}
+
+// Keeps a segment this process created instead of unlinking it; false if
+// it was not ours or the pool is full (the caller unlinks).
+bool recycle_shm(const storage_ref& ref) {
+  auto& pool = the_shm_pool();
+  std::lock_guard<std::mutex> guard{pool.mtx};
+  // Only plain names ("/dice...", no further '/') that this process made.
+  if (pool.closed || ref.path.find(own_tag()) == std::string::npos
+      || ref.path.find('/', 1) != std::string::npos
+      || ref.size > shm_pool_cap)
+    return false;
+  while (!pool.free.empty()
+         && (pool.bytes + ref.size > shm_pool_cap
+             || pool.free.size() >= shm_pool_max)) {
+    ::shm_unlink(pool.free.front().first.c_str());
+    pool.bytes -= pool.free.front().second;
+    pool.free.erase(pool.free.begin());
+  }
+  auto name = "/dice.pool" + own_tag() + std::to_string(++pool.counter);
+  if (::rename(shm_path(ref.path).c_str(), shm_path(name).c_str()) != 0)
+    return false;
+  pool.free.emplace_back(name, static_cast<std::size_t>(ref.size));
+  pool.bytes += ref.size;
+  return true;
 }
 
 caf::expected<storage_ref> store_shm(const storage_options& opts,
                                      const std::vector<byte_span>& parts,
                                      std::size_t total) {
   auto name = "/" + unique_name(opts, "");
-  int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC,
-                      0600);
+  int fd = reuse_shm(name, total)
+             ? ::shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0600)
+             : ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC,
+                          0600);
   if (fd < 0)
     return make_error(errc::storage_failed, sys_error("shm_open " + name));
   auto fail = [&](const std::string& what) {
@@ -115,21 +244,16 @@ caf::expected<storage_ref> store_shm(const storage_options& opts,
     ::shm_unlink(name.c_str());
     return err;
   };
+  // write() instead of mmap + memcpy: tmpfs takes whole pages without
+  // zeroing them first and this process maps nothing (mmap, page faults
+  // and munmap cost 10x the copy for a fresh segment).
+  std::uint64_t checksum = 0;
   if (::ftruncate(fd, static_cast<off_t>(total)) != 0)
     return fail("ftruncate " + name);
-  if (total > 0) {
-    // MAP_POPULATE faults every page in at once instead of one by one.
-    auto addr = ::mmap(nullptr, total, PROT_READ | PROT_WRITE,
-                       MAP_SHARED | MAP_POPULATE, fd, 0);
-    if (addr == MAP_FAILED)
-      return fail("mmap " + name);
-    auto out = static_cast<std::uint8_t*>(addr);
-    for (auto& [p, n] : parts) {
-      if (n > 0)
-        std::memcpy(out, p, n);
-      out += n;
-    }
-    ::munmap(addr, total);
+  if (auto err = write_parts(fd, parts, checksum)) {
+    ::close(fd);
+    ::shm_unlink(name.c_str());
+    return err;
   }
   ::close(fd);
   storage_ref ref;
@@ -138,6 +262,7 @@ caf::expected<storage_ref> store_shm(const storage_options& opts,
   ref.host = this_host();
   ref.size = total;
   ref.origin = opts.node;
+  ref.checksum = checksum;
   return ref;
 }
 
@@ -198,18 +323,17 @@ caf::expected<storage_ref> store_bytes(const storage_options& opts,
   std::size_t total = 0;
   for (auto& part : parts)
     total += part.second;
-  auto ref = opts.kind == storage_kind::shm ? store_shm(opts, parts, total)
-                                            : store_file(opts, parts, total);
-  if (ref)
-    ref->checksum = checksum_of(parts);
-  return ref;
+  // Both compute the checksum while writing.
+  return opts.kind == storage_kind::shm ? store_shm(opts, parts, total)
+                                        : store_file(opts, parts, total);
 }
 
-namespace detail {
+namespace {
 
-caf::error map_storage(const storage_ref& ref, const std::uint8_t*& data,
-                       std::size_t& size) {
-  int fd = -1;
+// Opens what `ref` points at, checks host and size; fd < 0 afterwards only
+// with an error.
+caf::error open_storage(const storage_ref& ref, int& fd, std::size_t& size) {
+  fd = -1;
   if (ref.kind == storage_kind::shm) {
     if (ref.host != this_host())
       return make_error(errc::storage_failed,
@@ -228,15 +352,50 @@ caf::error map_storage(const storage_ref& ref, const std::uint8_t*& data,
   if (::fstat(fd, &st) != 0) {
     auto err = make_error(errc::storage_failed, sys_error("stat " + ref.path));
     ::close(fd);
+    fd = -1;
     return err;
   }
   if (static_cast<std::uint64_t>(st.st_size) != ref.size) {
     ::close(fd);
+    fd = -1;
     return make_error(errc::malformed_input,
                       ref.path + " holds " + std::to_string(st.st_size)
                         + " bytes, expected " + std::to_string(ref.size));
   }
   size = static_cast<std::size_t>(st.st_size);
+  return caf::none;
+}
+
+// Reads n bytes at `pos` into `out`, feeding each block to `sum` right after
+// the kernel copied it (still in cache).
+caf::error read_at(const storage_ref& ref, int fd, std::size_t pos,
+                   std::uint8_t* out, std::size_t n, checksum64_stream& sum) {
+  std::size_t done = 0;
+  while (done < n) {
+    auto want = std::min(io_block, n - done);
+    auto k = ::pread(fd, out + done, want, static_cast<off_t>(pos + done));
+    if (k < 0) {
+      if (errno == EINTR)
+        continue;
+      return make_error(errc::storage_failed, sys_error("read " + ref.path));
+    }
+    if (k == 0)
+      return bad(ref, "truncated while reading");
+    sum.update(out + done, static_cast<std::size_t>(k));
+    done += static_cast<std::size_t>(k);
+  }
+  return caf::none;
+}
+
+} // namespace
+
+namespace detail {
+
+caf::error map_storage(const storage_ref& ref, const std::uint8_t*& data,
+                       std::size_t& size) {
+  int fd = -1;
+  if (auto err = open_storage(ref, fd, size))
+    return err;
   if (size == 0) {
     ::close(fd);
     data = nullptr;
@@ -259,6 +418,8 @@ void unmap_storage(const std::uint8_t* data, std::size_t size) {
 } // namespace detail
 
 caf::error remove_storage(const storage_ref& ref) {
+  if (ref.kind == storage_kind::shm && recycle_shm(ref))
+    return caf::none;
   int rc = ref.kind == storage_kind::shm ? ::shm_unlink(ref.path.c_str())
                                          : ::unlink(ref.path.c_str());
   if (rc != 0 && errno != ENOENT)
@@ -306,27 +467,52 @@ caf::expected<storage_ref> store(const storage_options& opts,
 }
 
 caf::expected<model_snapshot> load_snapshot(const storage_ref& ref) {
+  // read() into a fresh, uninitialized buffer instead of mmap + copy: no
+  // mapping, no page-table work, no zero-fill; each block is hashed right
+  // after the kernel copied it.
+  int fd = -1;
+  std::size_t size = 0;
+  if (auto err = open_storage(ref, fd, size))
+    return err;
+  struct closer {
+    int fd;
+    ~closer() {
+      ::close(fd);
+    }
+  } guard{fd};
+  checksum64_stream sum{0};
+  std::uint8_t head[16];
+  if (size < 16)
+    return bad(ref, "not a dice snapshot file");
+  if (auto err = read_at(ref, fd, 0, head, 16, sum))
+    return err;
+  if (std::memcmp(head, snapshot_magic, 8) != 0)
+    return bad(ref, "not a dice snapshot file");
+  auto meta_len = get_u64(head + 8);
+  if (meta_len > size - 16)
+    return bad(ref, "truncated header");
+  std::vector<std::uint8_t> meta(static_cast<std::size_t>(meta_len));
+  if (auto err = read_at(ref, fd, 16, meta.data(), meta.size(), sum))
+    return err;
+  auto body_len = size - 16 - static_cast<std::size_t>(meta_len);
+  writable_bytes body{body_len};
+  // The stored checksum chains the header part into the body's seed.
+  checksum64_stream body_sum{sum.digest()};
+  if (auto err = read_at(ref, fd, 16 + meta.size(), body.data(), body_len,
+                         body_sum))
+    return err;
+  if (ref.checksum != 0 && body_sum.digest() != ref.checksum)
+    return make_error(errc::malformed_input,
+                      ref.path + ": checksum mismatch (changed or corrupt)");
   model_snapshot result;
-  auto err = with_stored_bytes(
-    ref, [&](const std::uint8_t* data, std::size_t size) -> caf::error {
-      std::uint64_t meta_len = 0;
-      if (auto err = check_header(ref, data, size, snapshot_magic, meta_len))
-        return err;
-      auto body = data + 16 + meta_len;
-      auto body_len = size - 16 - meta_len;
-      if (auto err = verify(ref, {{data, 16 + meta_len}, {body, body_len}}))
-        return err;
-      caf::binary_deserializer src{nullptr,
-                                   reinterpret_cast<const char*>(data + 16),
-                                   static_cast<std::size_t>(meta_len)};
-      if (auto err = src(result))
-        return bad(ref, "bad header: " + caf::to_string(err));
-      // A fresh buffer: what a callback gets is never overwritten later.
-      result.data = shared_bytes{
-        std::vector<std::uint8_t>(body, body + body_len)};
-      return validate(result);
-    });
-  if (err)
+  caf::binary_deserializer src{nullptr,
+                               reinterpret_cast<const char*>(meta.data()),
+                               meta.size()};
+  if (auto err = src(result))
+    return bad(ref, "bad header: " + caf::to_string(err));
+  // A fresh buffer: what a callback gets is never overwritten later.
+  result.data = shared_bytes{std::move(body)};
+  if (auto err = validate(result))
     return err;
   return result;
 }

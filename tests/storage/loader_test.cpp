@@ -304,4 +304,30 @@ TEST(detached_loader, saves_and_loads_on_its_own_thread) {
   fs::remove_all(dir);
 }
 
+// Removed segments are recycled for later stores (no page allocation):
+// under its old name a recycled segment is gone, and a reused one holds
+// exactly the new item, whatever its size.
+TEST(shm_pool, a_recycled_segment_is_missing_under_its_old_name) {
+  dice::storage_options opts;
+  opts.kind = storage_kind::shm;
+  auto x1 = make_snapshot(100000, 1, 1);
+  auto r1 = dice::store(opts, x1);
+  ASSERT_TRUE(r1);
+  ASSERT_FALSE(dice::remove_storage(*r1));
+  EXPECT_FALSE(shm_exists(r1->path));
+  for (std::size_t n : {50000u, 150000u}) {
+    auto x2 = make_snapshot(n, 2, 9);
+    auto r2 = dice::store(opts, x2);
+    ASSERT_TRUE(r2);
+    auto old = dice::load_snapshot(*r1);
+    ASSERT_FALSE(old);
+    EXPECT_TRUE(dice::is(old.error(), dice::errc::storage_missing));
+    auto y = dice::load_snapshot(*r2);
+    ASSERT_TRUE(y);
+    EXPECT_EQ(*y, x2);
+    ASSERT_FALSE(dice::remove_storage(*r2));
+    EXPECT_FALSE(shm_exists(r2->path));
+  }
+}
+
 } // namespace
