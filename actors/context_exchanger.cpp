@@ -1,9 +1,11 @@
 #include "dice/actors/context_exchanger.hpp"
 
+#include <map>
 #include <memory>
 
 #include "dice/log.hpp"
 #include "dice/messages/context_delta.hpp"
+#include "dice/trust.hpp"
 
 #include "loader_bridge.hpp"
 
@@ -42,6 +44,24 @@ struct exchanger_state {
   std::int64_t sent_env_episode = 0;
   std::uint64_t seq = 0;
   detail::role_handles handles;
+  // Exactly-once: the highest seq applied per (sender, epoch). BASP keeps
+  // one connection's order, so anything at or below it is a resend or a
+  // replay. Bounded: a peer inventing epochs only evicts old entries.
+  std::map<std::pair<std::uint32_t, std::uint64_t>, std::uint64_t> applied;
+
+  // True if `d` was applied before; seq 0 marks an unsequenced delta.
+  bool duplicate(const context_delta& d) {
+    if (d.seq == 0)
+      return false;
+    auto key = std::make_pair(d.sender, d.epoch);
+    auto i = applied.find(key);
+    if (i != applied.end() && d.seq <= i->second)
+      return true;
+    if (i == applied.end() && applied.size() >= 4096)
+      applied.erase(applied.begin());
+    applied[key] = d.seq;
+    return false;
+  }
 
   bool has(role r) const {
     return roles.has(r);
@@ -49,6 +69,13 @@ struct exchanger_state {
 
   // DI-engine's `put`: each field goes to the roles the spec table names.
   void put(const context_delta& d) {
+    if (duplicate(d)) {
+      count(trust_event::duplicate_dropped);
+      log::debug(svc->node_id(), "dropped duplicate delta "
+                                   + std::to_string(d.seq) + " from node "
+                                   + std::to_string(d.sender));
+      return;
+    }
     ++svc->report().deltas_received;
     if (d.env_step && !has(role::collector)) {
       box.env_step = box.env_step.value_or(0) + *d.env_step;
