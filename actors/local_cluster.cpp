@@ -7,13 +7,84 @@
 #include "dice/log.hpp"
 
 #include "caf/exit_reason.hpp"
+#include "caf/scheduler/test_coordinator.hpp"
 #include "caf/scoped_actor.hpp"
+#include "caf/send.hpp"
 
 namespace dice {
+
+namespace {
+
+// With CAF's test coordinator (dice.deterministic) everything runs on this
+// thread in FIFO order and time only moves when every actor waits: run
+// jobs until none is left, then fire the next timeout, until every node
+// reported. The same seed gives the same run.
+caf::expected<std::vector<node_report>>
+run_deterministic(caf::actor_system& sys,
+                  caf::scheduler::test_coordinator& sched,
+                  std::vector<local_node> nodes, local_run_options opts) {
+  caf::scoped_actor sink{sys, true};
+  auto the_bus = sys.spawn(bus, bus_config{});
+  std::vector<role_actor> actors;
+  for (auto& n : nodes) {
+    role_config cfg;
+    cfg.node = n.id;
+    cfg.roles = n.roles;
+    cfg.max_step = n.max_step >= 0 ? n.max_step : opts.max_step;
+    cfg.bus = the_bus;
+    cfg.wait_for_start = true;
+    cfg.print_report = opts.print_reports;
+    cfg.report_to = caf::actor_cast<caf::actor>(sink);
+    actors.push_back(sys.spawn(role_runner, std::move(cfg),
+                               std::move(n.pipe)));
+  }
+  sched.run(); // every node joins the bus before any starts
+  for (auto& a : actors)
+    caf::anon_send(a, start_atom::value);
+  std::map<std::uint32_t, node_report> reports;
+  auto collect = [&] {
+    bool more = true;
+    while (more)
+      sink->receive([&](const node_report& rep) { reports[rep.node] = rep; },
+                    caf::after(std::chrono::seconds{0}) >> [&] {
+                      more = false;
+                    });
+  };
+  while (reports.size() < actors.size()) {
+    if (sched.try_run_once())
+      continue;
+    collect();
+    if (reports.size() >= actors.size() || !sched.has_pending_timeout())
+      break;
+    sched.trigger_timeout();
+  }
+  collect();
+  caf::anon_send_exit(the_bus, caf::exit_reason::user_shutdown);
+  sched.run();
+  if (reports.size() < actors.size()) {
+    for (auto& a : actors)
+      caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+    sched.run();
+    return make_error(errc::timeout, "the deterministic run stalled: "
+                                       + std::to_string(reports.size())
+                                       + " of "
+                                       + std::to_string(actors.size())
+                                       + " nodes reported");
+  }
+  std::vector<node_report> result;
+  for (auto& [id, rep] : reports)
+    result.push_back(rep);
+  return result;
+}
+
+} // namespace
 
 caf::expected<std::vector<node_report>>
 run_local(caf::actor_system& sys, std::vector<local_node> nodes,
           local_run_options opts) {
+  if (auto sched
+      = dynamic_cast<caf::scheduler::test_coordinator*>(&sys.scheduler()))
+    return run_deterministic(sys, *sched, std::move(nodes), std::move(opts));
   caf::scoped_actor self{sys};
   auto the_bus = sys.spawn(bus, bus_config{});
   std::vector<role_actor> actors;

@@ -250,7 +250,9 @@ node_system_config::node_system_config() {
          "stop after having no peer for this long")
     .add(connect_timeout, "connect-timeout", "deadline of one connect")
     .add(secret_file, "secret-file",
-         "file with the cluster secret (peers must know it)");
+         "file with the cluster secret (peers must know it)")
+    .add(deterministic, "deterministic",
+         "embedded runs: one thread, fixed order, virtual clock (reproducible)");
 }
 
 caf::expected<node_config> make_node_config(const node_system_config& cfg) {

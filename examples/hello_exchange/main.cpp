@@ -22,7 +22,7 @@
 
 #include "caf/actor_system.hpp"
 #include "caf/actor_system_config.hpp"
-#include "caf/exec_main.hpp"
+#include "dice/main.hpp"
 
 #include <boost/serialization/vector.hpp>
 #include <torch/torch.h>
@@ -231,4 +231,4 @@ int caf_main(caf::actor_system& sys, const config& cfg) {
 
 } // namespace
 
-CAF_MAIN()
+DICE_MAIN(config)

@@ -87,6 +87,13 @@ TEST(HelloExchange, MoreCollectors) {
   check_run(run_example("--steps=7 --collectors=4"), 7, 4);
 }
 
+// caf_main's failure is the process's exit code (CAF 0.17's own CAF_MAIN
+// exits 0 whatever caf_main returns).
+TEST(HelloExchange, BadNodeSettingsFailWithNonZeroExit) {
+  auto res = run_example("--dice.roles=juggler");
+  EXPECT_EQ(res.exit_code, 1);
+}
+
 TEST(HelloExchange, BadOptionFailsWithNonZeroExit) {
   auto res = run_example("--collectors=notanumber");
   EXPECT_NE(res.exit_code, 0);

@@ -149,6 +149,9 @@ class node_system_config : public caf::actor_system_config {
   caf::timespan connect_timeout = std::chrono::seconds{2};
   /// dice.secret-file: a file holding the cluster secret.
   std::string secret_file;
+  /// dice.deterministic: run the embedded (one-process) mode on one thread
+  /// in a fixed order with a virtual clock, so a seeded run is reproducible.
+  bool deterministic = false;
 };
 
 /// Builds the node settings from the options and, when dice.node-id is not

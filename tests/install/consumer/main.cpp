@@ -9,7 +9,7 @@
 
 #include "caf/actor_system.hpp"
 #include "caf/actor_system_config.hpp"
-#include "caf/exec_main.hpp"
+#include "dice/main.hpp"
 
 namespace {
 
@@ -45,4 +45,4 @@ int caf_main(caf::actor_system& sys, const config&) {
 
 } // namespace
 
-CAF_MAIN()
+DICE_MAIN(config)
