@@ -80,7 +80,7 @@ caf::behavior member(member_actor* self) {
   };
 }
 
-class bus_net : public ::testing::Test {
+class BusNet : public ::testing::Test {
  protected:
   void SetUp() override {
     for (int i = 0; i < 3; ++i)
@@ -184,7 +184,7 @@ class bus_net : public ::testing::Test {
   std::int64_t hdl_ = 0;
 };
 
-TEST_F(bus_net, handshake_and_topic_forwarding) {
+TEST_F(BusNet, HandshakeAndTopicForwarding) {
   auto a = spawn_bus(0, 0);
   auto b = spawn_bus(1, 1);
   auto ma = spawn_member(0, a, 0, {"t1"});
@@ -204,7 +204,7 @@ TEST_F(bus_net, handshake_and_topic_forwarding) {
   EXPECT_EQ(member_of(mb).topics, std::vector<std::string>{"t2"});
 }
 
-TEST_F(bus_net, one_delivery_per_subscription) {
+TEST_F(BusNet, OneDeliveryPerSubscription) {
   auto a = spawn_bus(0, 0);
   auto b = spawn_bus(1, 1);
   auto m1 = spawn_member(0, a, 0, {"t"});
@@ -221,7 +221,7 @@ TEST_F(bus_net, one_delivery_per_subscription) {
   EXPECT_EQ(member_of(m2).topics.size(), 2u);
 }
 
-TEST_F(bus_net, data_sent_before_the_handshake_is_held) {
+TEST_F(BusNet, DataSentBeforeTheHandshakeIsHeld) {
   auto a = spawn_bus(0, 0);
   auto b = spawn_bus(1, 1);
   auto ma = spawn_member(0, a, 0, {"t"});
@@ -234,7 +234,7 @@ TEST_F(bus_net, data_sent_before_the_handshake_is_held) {
   EXPECT_EQ(bus_of(b).held.count("t"), 0u);
 }
 
-TEST_F(bus_net, late_subscription_and_retained_topics) {
+TEST_F(BusNet, LateSubscriptionAndRetainedTopics) {
   bus_config cfg;
   cfg.retained_topics = {"model"};
   auto a = spawn_bus(0, 0, cfg);
@@ -251,7 +251,7 @@ TEST_F(bus_net, late_subscription_and_retained_topics) {
   EXPECT_EQ(member_of(mc).topics.size(), 1u);
 }
 
-TEST_F(bus_net, protocol_mismatch_is_refused) {
+TEST_F(BusNet, ProtocolMismatchIsRefused) {
   dice::test::log_capture logs;
   auto a = spawn_bus(0, 0);
   auto err = std::make_shared<caf::error>();
@@ -272,7 +272,7 @@ TEST_F(bus_net, protocol_mismatch_is_refused) {
   EXPECT_EQ(logs.count("protocol v99"), 1u);
 }
 
-TEST_F(bus_net, finish_and_drain_across_three_nodes) {
+TEST_F(BusNet, FinishAndDrainAcrossThreeNodes) {
   auto a = spawn_bus(0, 0);
   auto b = spawn_bus(1, 1);
   auto c = spawn_bus(2, 2);
@@ -310,7 +310,7 @@ TEST_F(bus_net, finish_and_drain_across_three_nodes) {
   EXPECT_EQ(member_of(md).finishes[0].sender, 2u);
 }
 
-TEST_F(bus_net, lost_peer_is_dropped_and_a_lonely_node_stops) {
+TEST_F(BusNet, LostPeerIsDroppedAndALonelyNodeStops) {
   dice::test::log_capture logs;
   bus_config cfg;
   cfg.expect_peers = true;
@@ -334,7 +334,7 @@ TEST_F(bus_net, lost_peer_is_dropped_and_a_lonely_node_stops) {
   EXPECT_TRUE(member_of(ma).finishes[0].failed);
 }
 
-TEST_F(bus_net, exit_from_a_remote_actor_is_ignored) {
+TEST_F(BusNet, ExitFromARemoteActorIsIgnored) {
   auto a = spawn_bus(0, 0);
   auto b = spawn_bus(1, 1);
   publish(0, a, 8080);
@@ -365,7 +365,7 @@ bus_config with_secret(std::string secret) {
 const std::string secret_1 = "0123456789abcdef0123456789abcdef";
 const std::string secret_2 = "fedcba9876543210fedcba9876543210";
 
-TEST_F(bus_net, same_secret_connects_and_forwards) {
+TEST_F(BusNet, SameSecretConnectsAndForwards) {
   auto a = spawn_bus(0, 0, with_secret(secret_1));
   auto b = spawn_bus(1, 1, with_secret(secret_1));
   auto ma = spawn_member(0, a, 0, {"t"});
@@ -377,7 +377,7 @@ TEST_F(bus_net, same_secret_connects_and_forwards) {
   EXPECT_EQ(member_of(ma).topics.size(), 1u);
 }
 
-TEST_F(bus_net, wrong_secret_is_refused_and_gets_nothing) {
+TEST_F(BusNet, WrongSecretIsRefusedAndGetsNothing) {
   dice::test::log_capture logs;
   auto refused = dice::counter(dice::trust_event::auth_refused);
   auto a = spawn_bus(0, 0, with_secret(secret_1));
@@ -394,7 +394,7 @@ TEST_F(bus_net, wrong_secret_is_refused_and_gets_nothing) {
   EXPECT_EQ(logs.count("does not know the cluster secret"), 1u);
 }
 
-TEST_F(bus_net, no_secret_is_refused_and_gets_nothing) {
+TEST_F(BusNet, NoSecretIsRefusedAndGetsNothing) {
   dice::test::log_capture logs;
   auto refused = dice::counter(dice::trust_event::auth_refused);
   auto a = spawn_bus(0, 0, with_secret(secret_1));
@@ -411,7 +411,7 @@ TEST_F(bus_net, no_secret_is_refused_and_gets_nothing) {
   EXPECT_EQ(logs.count("refused peer: node 1 sent no proof"), 1u);
 }
 
-TEST_F(bus_net, a_node_with_a_secret_refuses_a_peer_without_one) {
+TEST_F(BusNet, ANodeWithASecretRefusesAPeerWithoutOne) {
   auto refused = dice::counter(dice::trust_event::auth_refused);
   auto a = spawn_bus(0, 0);
   auto b = spawn_bus(1, 1, with_secret(secret_1));
@@ -422,7 +422,7 @@ TEST_F(bus_net, a_node_with_a_secret_refuses_a_peer_without_one) {
   EXPECT_EQ(dice::counter(dice::trust_event::auth_refused), refused + 1);
 }
 
-TEST_F(bus_net, a_stranger_without_handshake_is_ignored) {
+TEST_F(BusNet, AStrangerWithoutHandshakeIsIgnored) {
   auto rejected = dice::counter(dice::trust_event::message_rejected);
   auto a = spawn_bus(0, 0, with_secret(secret_1));
   auto ma = spawn_member(0, a, 0, {"t"});
@@ -460,7 +460,7 @@ TEST_F(bus_net, a_stranger_without_handshake_is_ignored) {
   EXPECT_EQ(dice::counter(dice::trust_event::message_rejected), rejected + 5);
 }
 
-TEST_F(bus_net, unknown_topic_from_a_peer_is_dropped_and_counted) {
+TEST_F(BusNet, UnknownTopicFromAPeerIsDroppedAndCounted) {
   auto unknown = dice::counter(dice::trust_event::unknown_topic);
   auto a = spawn_bus(0, 0);
   auto b = spawn_bus(1, 1);

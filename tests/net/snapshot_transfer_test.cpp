@@ -45,14 +45,14 @@ model_snapshot make_snapshot(std::size_t nbytes, std::int64_t version,
 
 // -- checksum -----------------------------------------------------------------
 
-TEST(checksum64, matches_xxh64_reference_values) {
+TEST(Checksum64, MatchesXxh64ReferenceValues) {
   // Reference values of XXH64 with seed 0.
   EXPECT_EQ(dice::checksum64("", 0), 0xEF46DB3751D8E999ULL);
   EXPECT_EQ(dice::checksum64("a", 1), 0xD24EC4F1A98C6E5BULL);
   EXPECT_EQ(dice::checksum64("abc", 3), 0x44BC2CF5AD770999ULL);
 }
 
-TEST(checksum64, detects_a_flipped_bit) {
+TEST(Checksum64, DetectsAFlippedBit) {
   std::vector<std::uint8_t> xs(1 << 20);
   std::iota(xs.begin(), xs.end(), 0);
   auto before = dice::checksum64(xs.data(), xs.size());
@@ -60,7 +60,7 @@ TEST(checksum64, detects_a_flipped_bit) {
   EXPECT_NE(dice::checksum64(xs.data(), xs.size()), before);
 }
 
-TEST(checksum64, streamed_and_copied_forms_match_one_call) {
+TEST(Checksum64, StreamedAndCopiedFormsMatchOneCall) {
   // Lengths around the 32-byte stripes and the 32 KiB copy blocks.
   for (std::size_t n : {0u, 1u, 31u, 32u, 33u, 100u, 32768u, 70001u}) {
     std::vector<std::uint8_t> xs(n);
@@ -80,12 +80,12 @@ TEST(checksum64, streamed_and_copied_forms_match_one_call) {
 
 // -- chunker ------------------------------------------------------------------
 
-class chunker : public ::testing::Test {
+class Chunker : public ::testing::Test {
  protected:
   dice::test::log_capture logs;
 };
 
-TEST_F(chunker, splits_into_slices_of_the_same_buffer_and_reassembles) {
+TEST_F(Chunker, SplitsIntoSlicesOfTheSameBufferAndReassembles) {
   auto x = make_snapshot(10'000, 3);
   snapshot_chunker out{1024};
   auto chunks = out.split(1, "model", 7, x);
@@ -109,7 +109,7 @@ TEST_F(chunker, splits_into_slices_of_the_same_buffer_and_reassembles) {
   EXPECT_TRUE(logs.lines.empty());
 }
 
-TEST_F(chunker, a_corrupted_chunk_drops_the_snapshot_with_a_log_line) {
+TEST_F(Chunker, ACorruptedChunkDropsTheSnapshotWithALogLine) {
   auto x = make_snapshot(10'000, 3);
   snapshot_chunker out{1024};
   auto chunks = out.split(1, "model", 7, x);
@@ -122,7 +122,7 @@ TEST_F(chunker, a_corrupted_chunk_drops_the_snapshot_with_a_log_line) {
   EXPECT_EQ(logs.count("checksum mismatch in chunk 4"), 1u);
 }
 
-TEST_F(chunker, an_interrupted_transfer_is_dropped_and_the_next_one_lands) {
+TEST_F(Chunker, AnInterruptedTransferIsDroppedAndTheNextOneLands) {
   auto x1 = make_snapshot(10'000, 1, 1);
   auto x2 = make_snapshot(10'000, 2, 9);
   snapshot_chunker out{1024};
@@ -145,7 +145,7 @@ TEST_F(chunker, an_interrupted_transfer_is_dropped_and_the_next_one_lands) {
   EXPECT_EQ(in.pending(), 0u);
 }
 
-TEST_F(chunker, interleaved_transfers_of_two_topics_stay_apart) {
+TEST_F(Chunker, InterleavedTransfersOfTwoTopicsStayApart) {
   auto x1 = make_snapshot(8'000, 1, 1);
   auto x2 = make_snapshot(8'000, 5, 9);
   snapshot_chunker out{1000};
@@ -165,7 +165,7 @@ TEST_F(chunker, interleaved_transfers_of_two_topics_stay_apart) {
   EXPECT_EQ(done[1].snapshot, x2);
 }
 
-TEST_F(chunker, out_of_sequence_and_lost_peer_drop_with_a_log_line) {
+TEST_F(Chunker, OutOfSequenceAndLostPeerDropWithALogLine) {
   auto x = make_snapshot(10'000, 3);
   snapshot_chunker out{1024};
   auto chunks = out.split(1, "model", 7, x);
@@ -182,7 +182,7 @@ TEST_F(chunker, out_of_sequence_and_lost_peer_drop_with_a_log_line) {
   EXPECT_EQ(logs.count("peer lost"), 1u);
 }
 
-TEST_F(chunker, small_snapshots_are_not_split) {
+TEST_F(Chunker, SmallSnapshotsAreNotSplit) {
   snapshot_chunker c{1 << 20};
   EXPECT_FALSE(
     c.splits(caf::make_message(std::string{"m"}, make_snapshot(1000, 1))));
@@ -203,9 +203,9 @@ caf::behavior keeper(caf::event_based_actor* self,
   };
 }
 
-class fan_out : public dice::test::deterministic {};
+class FanOut : public dice::test::deterministic {};
 
-TEST_F(fan_out, sixteen_local_receivers_share_one_buffer) {
+TEST_F(FanOut, SixteenLocalReceiversShareOneBuffer) {
   auto b = spawn_bus();
   constexpr int n = 16;
   std::vector<std::vector<model_snapshot>> got(n);
@@ -247,7 +247,7 @@ caf::behavior relay(caf::event_based_actor* self, caf::actor target) {
   };
 }
 
-TEST(snapshot_transfer, large_snapshots_reach_a_peer_in_chunks_intact) {
+TEST(SnapshotTransfer, LargeSnapshotsReachAPeerInChunksIntact) {
   dice::test::log_capture logs;
   net_config cfg_a;
   net_config cfg_b;

@@ -61,14 +61,14 @@ middleware gate() {
   return m;
 }
 
-class exchanger_loaders : public dice::test::deterministic {
+class ExchangerLoaders : public dice::test::deterministic {
  protected:
-  exchanger_loaders() {
+  ExchangerLoaders() {
     dir = fs::temp_directory_path()
       / ("dice-exchanger-loader-" + std::to_string(::getpid()));
   }
 
-  ~exchanger_loaders() override {
+  ~ExchangerLoaders() override {
     fs::remove_all(dir);
   }
 
@@ -105,7 +105,7 @@ class exchanger_loaders : public dice::test::deterministic {
   fs::path dir;
 };
 
-TEST_F(exchanger_loaders, models_travel_as_file_references) {
+TEST_F(ExchangerLoaders, ModelsTravelAsFileReferences) {
   auto bus = spawn_bus();
   auto learner_model = std::make_shared<fake_model>();
   learner_model->current = weights(2.5f);
@@ -131,7 +131,7 @@ TEST_F(exchanger_loaders, models_travel_as_file_references) {
   EXPECT_EQ(logs.count("error"), 0u);
 }
 
-TEST_F(exchanger_loaders, a_deleted_model_file_warns_and_the_wait_goes_on) {
+TEST_F(ExchangerLoaders, ADeletedModelFileWarnsAndTheWaitGoesOn) {
   auto bus = spawn_bus();
   auto model = std::make_shared<fake_model>();
   model->current = weights(0.f);
@@ -171,7 +171,7 @@ TEST_F(exchanger_loaders, a_deleted_model_file_warns_and_the_wait_goes_on) {
   remove_storage(*ref2);
 }
 
-TEST_F(exchanger_loaders, a_reference_without_a_loader_is_dropped_loudly) {
+TEST_F(ExchangerLoaders, AReferenceWithoutALoaderIsDroppedLoudly) {
   auto bus = spawn_bus();
   auto model = std::make_shared<fake_model>();
   pipeline cp;
@@ -187,7 +187,7 @@ TEST_F(exchanger_loaders, a_reference_without_a_loader_is_dropped_loudly) {
   EXPECT_EQ(state_of(c).rep.models_dropped, 1);
 }
 
-TEST_F(exchanger_loaders, periodical_exchanger_with_a_loader_keeps_ids) {
+TEST_F(ExchangerLoaders, PeriodicalExchangerWithALoaderKeepsIds) {
   auto bus = spawn_bus();
   auto sender_model = std::make_shared<fake_model>();
   sender_model->current = weights(1.f);
@@ -214,7 +214,7 @@ TEST_F(exchanger_loaders, periodical_exchanger_with_a_loader_keeps_ids) {
   EXPECT_EQ(receiver_model->current.data, sender_model->current.data);
 }
 
-TEST_F(exchanger_loaders, context_travels_as_references_and_is_summed) {
+TEST_F(ExchangerLoaders, ContextTravelsAsReferencesAndIsSummed) {
   auto bus = spawn_bus();
   context_exchanger_options co;
   co.storage_loader = storage_loader(2);
@@ -248,7 +248,7 @@ TEST_F(exchanger_loaders, context_travels_as_references_and_is_summed) {
 // A loader publishes straight to the bus; the node's done waits for the
 // loader to flush, so what the last iteration stored still reaches the
 // learner before anyone stops.
-TEST_F(exchanger_loaders, the_last_iterations_stored_context_is_not_lost) {
+TEST_F(ExchangerLoaders, TheLastIterationsStoredContextIsNotLost) {
   auto bus = spawn_bus();
   context_exchanger_options lo;
   lo.storage_loader = storage_loader(0);

@@ -77,10 +77,10 @@ caf::behavior keeper(caf::event_based_actor*, std::vector<T>* out) {
   }};
 }
 
-class loaders : public dice::test::deterministic,
+class Loaders : public dice::test::deterministic,
                 public ::testing::WithParamInterface<storage_kind> {
  protected:
-  loaders() {
+  Loaders() {
     dir = fs::temp_directory_path()
       / ("dice-loader-test-" + std::to_string(::getpid()));
     opts.kind = GetParam();
@@ -90,7 +90,7 @@ class loaders : public dice::test::deterministic,
     opts.detached = false; // on the test coordinator, with its fake clock
   }
 
-  ~loaders() override {
+  ~Loaders() override {
     fs::remove_all(dir);
   }
 
@@ -120,7 +120,7 @@ class loaders : public dice::test::deterministic,
   dice::loader_options opts;
 };
 
-TEST_P(loaders, snapshot_round_trip_gives_fresh_bytes) {
+TEST_P(Loaders, SnapshotRoundTripGivesFreshBytes) {
   auto loader = spawn_loader();
   auto x = make_snapshot(1000, 5);
   auto ref = save(loader, x);
@@ -140,7 +140,7 @@ TEST_P(loaders, snapshot_round_trip_gives_fresh_bytes) {
   EXPECT_FALSE(got[0].data.same_buffer(x.data));
 }
 
-TEST_P(loaders, context_round_trip) {
+TEST_P(Loaders, ContextRoundTrip) {
   auto loader = dice::spawn_storage_loader(sys, opts);
   spawned.push_back(caf::actor_cast<caf::actor>(loader));
   auto d = make_delta();
@@ -152,7 +152,7 @@ TEST_P(loaders, context_round_trip) {
             (std::vector<int>{1, 2, 3}));
 }
 
-TEST_P(loaders, ttl_counts_from_completion_then_the_wait_gets_the_warning) {
+TEST_P(Loaders, TtlCountsFromCompletionThenTheWaitGetsTheWarning) {
   auto loader = spawn_loader();
   auto ref = save(loader, make_snapshot(100, 1));
   advance(4s);
@@ -177,7 +177,7 @@ TEST_P(loaders, ttl_counts_from_completion_then_the_wait_gets_the_warning) {
             1u);
 }
 
-TEST_P(loaders, deleted_item_is_storage_missing) {
+TEST_P(Loaders, DeletedItemIsStorageMissing) {
   auto loader = spawn_loader();
   auto ref = save(loader, make_snapshot(100, 1));
   ASSERT_FALSE(dice::remove_storage(ref));
@@ -198,7 +198,7 @@ TEST_P(loaders, deleted_item_is_storage_missing) {
   EXPECT_EQ(logs.count("Model file has been deleted on node 3"), 1u);
 }
 
-TEST_P(loaders, stopping_a_loader_removes_what_it_kept) {
+TEST_P(Loaders, StoppingALoaderRemovesWhatItKept) {
   auto loader = spawn_loader();
   std::vector<storage_ref> refs;
   for (int i = 0; i < 3; ++i)
@@ -211,7 +211,7 @@ TEST_P(loaders, stopping_a_loader_removes_what_it_kept) {
     EXPECT_FALSE(exists(ref)) << ref.path;
 }
 
-TEST_P(loaders, corrupt_item_is_an_error_not_a_crash) {
+TEST_P(Loaders, CorruptItemIsAnErrorNotACrash) {
   auto loader = spawn_loader();
   auto ref = save(loader, make_snapshot(1000, 1));
   {
@@ -232,7 +232,7 @@ TEST_P(loaders, corrupt_item_is_an_error_not_a_crash) {
   EXPECT_TRUE(dice::is(x.error(), dice::errc::malformed_input));
 }
 
-TEST_P(loaders, data_handed_out_never_changes_later) {
+TEST_P(Loaders, DataHandedOutNeverChangesLater) {
   auto loader = spawn_loader();
   auto x1 = make_snapshot(1000, 1, 1);
   auto ref = save(loader, x1);
@@ -259,7 +259,7 @@ TEST_P(loaders, data_handed_out_never_changes_later) {
   EXPECT_TRUE(got->data.same_buffer(before));
 }
 
-INSTANTIATE_TEST_SUITE_P(kinds, loaders,
+INSTANTIATE_TEST_SUITE_P(Kinds, Loaders,
                          ::testing::Values(storage_kind::file,
                                            storage_kind::shm),
                          [](const auto& info) {
@@ -270,7 +270,7 @@ INSTANTIATE_TEST_SUITE_P(kinds, loaders,
 
 // A detached loader on a real scheduler: the role actor's thread never does
 // the disk work.
-TEST(detached_loader, saves_and_loads_on_its_own_thread) {
+TEST(DetachedLoader, SavesAndLoadsOnItsOwnThread) {
   caf::actor_system_config cfg;
   dice::add_message_types(cfg);
   caf::actor_system sys{cfg};
@@ -307,7 +307,7 @@ TEST(detached_loader, saves_and_loads_on_its_own_thread) {
 // Removed segments are recycled for later stores (no page allocation):
 // under its old name a recycled segment is gone, and a reused one holds
 // exactly the new item, whatever its size.
-TEST(shm_pool, a_recycled_segment_is_missing_under_its_old_name) {
+TEST(ShmPool, ARecycledSegmentIsMissingUnderItsOldName) {
   dice::storage_options opts;
   opts.kind = storage_kind::shm;
   auto x1 = make_snapshot(100000, 1, 1);

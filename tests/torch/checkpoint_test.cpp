@@ -49,7 +49,7 @@ std::string run_python(const std::string& script) {
   return out;
 }
 
-class checkpoint : public ::testing::Test {
+class Checkpoint : public ::testing::Test {
  protected:
   void SetUp() override {
     dir = fs::temp_directory_path()
@@ -62,7 +62,7 @@ class checkpoint : public ::testing::Test {
   fs::path dir;
 };
 
-TEST_F(checkpoint, round_trip_in_dice) {
+TEST_F(Checkpoint, RoundTripInDice) {
   torch::manual_seed(3);
   torch::nn::Linear net{4, 3};
   auto x = dice::to_snapshot(*net);
@@ -86,7 +86,7 @@ TEST_F(checkpoint, round_trip_in_dice) {
   }
 }
 
-TEST_F(checkpoint, missing_and_foreign_files_are_errors) {
+TEST_F(Checkpoint, MissingAndForeignFilesAreErrors) {
   auto missing = dice::load_checkpoint((dir / "nope.pt").string());
   ASSERT_FALSE(missing);
   EXPECT_TRUE(dice::is(missing.error(), dice::errc::storage_missing));
@@ -96,7 +96,7 @@ TEST_F(checkpoint, missing_and_foreign_files_are_errors) {
   EXPECT_TRUE(dice::is(junk.error(), dice::errc::malformed_input));
 }
 
-TEST_F(checkpoint, python_torch_load_reads_what_dice_wrote) {
+TEST_F(Checkpoint, PythonTorchLoadReadsWhatDiceWrote) {
   if (!python_has_torch())
     GTEST_SKIP() << "python3-torch is not installed (apt-get install -y "
                     "python3-torch)";
@@ -125,7 +125,7 @@ TEST_F(checkpoint, python_torch_load_reads_what_dice_wrote) {
   EXPECT_EQ(out, "OK\n");
 }
 
-TEST_F(checkpoint, dice_reads_what_python_torch_save_wrote) {
+TEST_F(Checkpoint, DiceReadsWhatPythonTorchSaveWrote) {
   if (!python_has_torch())
     GTEST_SKIP() << "python3-torch is not installed (apt-get install -y "
                     "python3-torch)";

@@ -12,7 +12,7 @@
 
 namespace {
 
-TEST(snapshot_consistency, never_torn_by_a_concurrent_step) {
+TEST(SnapshotConsistency, NeverTornByAConcurrentStep) {
   auto net = std::make_shared<torch::nn::SequentialImpl>(
     torch::nn::Linear(256, 256), torch::nn::Linear(256, 256),
     torch::nn::Linear(256, 256));
