@@ -1,7 +1,9 @@
 #include "dice/actors/context_exchanger.hpp"
 
+#include <deque>
 #include <map>
 #include <memory>
+#include <set>
 
 #include "dice/log.hpp"
 #include "dice/messages/context_delta.hpp"
@@ -10,11 +12,16 @@
 #include "loader_bridge.hpp"
 
 #include "caf/make_message.hpp"
+#include "caf/send.hpp"
 
 namespace dice {
 
 std::string context_topic(role r) {
   return std::string{"context_exchanger_"} + to_string(r);
+}
+
+std::string context_ack_topic(std::uint32_t collector) {
+  return "context_ack_" + std::to_string(collector);
 }
 
 namespace {
@@ -44,23 +51,178 @@ struct exchanger_state {
   std::int64_t sent_env_episode = 0;
   std::uint64_t seq = 0;
   detail::role_handles handles;
-  // Exactly-once: the highest seq applied per (sender, epoch). BASP keeps
-  // one connection's order, so anything at or below it is a resend or a
-  // replay. Bounded: a peer inventing epochs only evicts old entries.
-  std::map<std::pair<std::uint32_t, std::uint64_t>, std::uint64_t> applied;
+  std::shared_ptr<context_exchange_stats> stats;
+
+  // -- receiver: exactly-once -------------------------------------------------
+
+  using sender_key = std::pair<std::uint32_t, std::uint64_t>;
+
+  // What was applied from one (sender, epoch): every seq up to `upto`, plus
+  // the seqs in `above` (arrived past a gap, e.g. after a lost delta). A
+  // resend fills the gap later, so a gap must not make it look applied.
+  struct applied_seqs {
+    std::uint64_t upto = 0;
+    std::set<std::uint64_t> above;
+  };
+
+  // Bounded: a peer inventing epochs only evicts old entries.
+  std::map<sender_key, applied_seqs> applied;
+
+  // Senders whose deltas were applied since the last merge (acked then).
+  std::set<sender_key> to_ack;
+
+  // Deltas and payload bytes in `box` (the learner's bounded buffer).
+  std::size_t box_deltas = 0;
+  std::size_t box_bytes = 0;
 
   // True if `d` was applied before; seq 0 marks an unsequenced delta.
-  bool duplicate(const context_delta& d) {
+  bool duplicate(const context_delta& d) const {
     if (d.seq == 0)
       return false;
-    auto key = std::make_pair(d.sender, d.epoch);
-    auto i = applied.find(key);
-    if (i != applied.end() && d.seq <= i->second)
-      return true;
-    if (i == applied.end() && applied.size() >= 4096)
+    auto i = applied.find({d.sender, d.epoch});
+    return i != applied.end()
+           && (d.seq <= i->second.upto || i->second.above.count(d.seq) > 0);
+  }
+
+  void mark_applied(const context_delta& d) {
+    if (d.seq == 0)
+      return;
+    auto key = sender_key{d.sender, d.epoch};
+    if (applied.count(key) == 0 && applied.size() >= 4096)
       applied.erase(applied.begin());
-    applied[key] = d.seq;
-    return false;
+    auto& a = applied[key];
+    if (d.seq == a.upto + 1) {
+      a.upto = d.seq;
+      while (!a.above.empty() && *a.above.begin() == a.upto + 1) {
+        a.above.erase(a.above.begin());
+        ++a.upto;
+      }
+    } else {
+      // A window keeps honest gaps small; a hostile peer cannot grow this.
+      if (a.above.size() >= 4096)
+        a.above.erase(a.above.begin());
+      a.above.insert(d.seq);
+    }
+  }
+
+  static std::size_t bytes_of(const context_delta& d) {
+    std::size_t n = 0;
+    for (auto& x : d.trajectories)
+      n += x.bytes.size();
+    for (auto& x : d.episodes)
+      n += x.bytes.size();
+    return n;
+  }
+
+  // A learner's buffer is full: refusing leaves the delta unapplied and
+  // unacked, so its sender resends it once the learner caught up.
+  bool buffer_full(std::size_t incoming) const {
+    if (box_deltas == 0)
+      return false;
+    return (opts.max_buffered > 0 && box_deltas >= opts.max_buffered)
+           || (opts.max_buffered_bytes > 0
+               && box_bytes + incoming > opts.max_buffered_bytes);
+  }
+
+  // Cumulative ack: every seq up to `upto` of (sender, epoch) is applied.
+  void send_ack(const sender_key& key) {
+    auto i = applied.find(key);
+    if (i == applied.end() || i->second.upto == 0)
+      return;
+    context_delta ack;
+    ack.sender = svc->node_id();
+    ack.epoch = key.second;
+    ack.seq = i->second.upto;
+    ack.sender_roles = roles;
+    auto topic = context_ack_topic(key.first);
+    svc->publish(topic, caf::make_message(topic, std::move(ack)));
+    ++stats->acks_sent;
+  }
+
+  static void raise_peak(std::atomic<std::uint64_t>& peak, std::uint64_t x) {
+    auto cur = peak.load();
+    while (x > cur && !peak.compare_exchange_weak(cur, x)) {
+      // retry: another exchanger raised it meanwhile
+    }
+  }
+
+  // -- sender: acks, resend, window ------------------------------------------
+
+  struct unacked_delta {
+    context_delta delta;
+    caf::actor_clock::time_point sent_at;
+  };
+
+  // Deltas the learner has not acknowledged yet, oldest first.
+  std::deque<unacked_delta> unacked;
+  // A resend timer message is on its way.
+  bool resend_armed = false;
+  // When the current window wait began.
+  caf::actor_clock::time_point wait_started;
+
+  // Collectors track acks unless DI-engine's fire-and-forget was asked for
+  // (or a loader publishes refs, which cannot be resent from here).
+  bool tracking() const {
+    return active && opts.max_in_flight > 0 && !opts.storage_loader
+           && has(role::collector);
+  }
+
+  std::string resend_topic() const {
+    return "context_resend_" + std::to_string(svc->node_id());
+  }
+
+  void publish_delta(const context_delta& d) {
+    for (auto r : all_roles) {
+      if (!has(r))
+        continue;
+      auto topic = context_topic(r);
+      svc->publish(topic, caf::make_message(topic, d));
+    }
+  }
+
+  // The timer is a delayed message to this actor on a private topic, so it
+  // runs on the actor clock (fake in tests) and fires while the collector
+  // waits for anything.
+  void arm_resend() {
+    if (resend_armed || unacked.empty())
+      return;
+    resend_armed = true;
+    auto topic = resend_topic();
+    caf::delayed_anon_send(svc->handle(), opts.resend_timeout, topic,
+                           context_delta{});
+  }
+
+  void on_resend_timer() {
+    resend_armed = false;
+    auto now = svc->now();
+    for (auto& x : unacked) {
+      if (now - x.sent_at < opts.resend_timeout)
+        continue;
+      log::debug(svc->node_id(), "resending unacked delta "
+                                   + std::to_string(x.delta.seq));
+      publish_delta(x.delta);
+      x.sent_at = now;
+      ++stats->deltas_resent;
+    }
+    arm_resend();
+  }
+
+  void on_ack(const context_delta& ack) {
+    // An ack for an older incarnation of this node means nothing now.
+    if (ack.epoch != svc->epoch())
+      return;
+    bool freed = false;
+    while (!unacked.empty() && unacked.front().delta.seq <= ack.seq) {
+      unacked.pop_front();
+      freed = true;
+    }
+    if (freed)
+      ++stats->acks_received;
+  }
+
+  bool window_full() const {
+    return tracking() && unacked.size() >= opts.max_in_flight
+           && !svc->finished();
   }
 
   bool has(role r) const {
@@ -74,7 +236,28 @@ struct exchanger_state {
       log::debug(svc->node_id(), "dropped duplicate delta "
                                    + std::to_string(d.seq) + " from node "
                                    + std::to_string(d.sender));
+      // The sender resent it, so our ack may have been lost: ack again.
+      if (has(role::learner))
+        send_ack({d.sender, d.epoch});
       return;
+    }
+    auto bytes = bytes_of(d);
+    // While finishing, iterations are over and senders will not resend:
+    // take what still arrives (their windows bound it).
+    if (has(role::learner) && !svc->finished() && buffer_full(bytes)) {
+      ++stats->deltas_refused;
+      log::debug(svc->node_id(), "buffer full: refused delta "
+                                   + std::to_string(d.seq) + " from node "
+                                   + std::to_string(d.sender));
+      return;
+    }
+    mark_applied(d);
+    if (has(role::learner) && d.seq != 0) {
+      to_ack.emplace(d.sender, d.epoch);
+      ++box_deltas;
+      box_bytes += bytes;
+      raise_peak(stats->buffered_peak, box_deltas);
+      raise_peak(stats->buffered_bytes_peak, box_bytes);
     }
     ++svc->report().deltas_received;
     if (d.env_step && !has(role::collector)) {
@@ -134,6 +317,13 @@ struct exchanger_state {
     if (box.trajectory_end_idx)
       ctx.trajectory_end_idx = std::move(*box.trajectory_end_idx);
     box = inbox{};
+    box_deltas = 0;
+    box_bytes = 0;
+    // Acks go out once the data is in the context, so a collector's window
+    // also bounds what waits here (learner backpressure).
+    for (auto& key : to_ack)
+      send_ack(key);
+    to_ack.clear();
   }
 
   step wait_for_context(caf::timespan timeout) {
@@ -151,6 +341,33 @@ struct exchanger_state {
   step before(context& ctx) {
     if (!active)
       return proceed;
+    if (window_full()) {
+      // Backpressure: produce nothing more until the learner caught up.
+      ++stats->window_waits;
+      wait_started = svc->now();
+      return wait_for{[this] { return !window_full(); }, opts.window_timeout,
+                      [this](context& ctx, wait_outcome outcome) -> step {
+                        stats->window_wait_ns += std::chrono::duration_cast<
+                                                   std::chrono::nanoseconds>(
+                                                   svc->now() - wait_started)
+                                                   .count();
+                        if (outcome == wait_outcome::timed_out
+                            && !unacked.empty()) {
+                          log::warning(svc->node_id(),
+                                       "no ack within the window timeout; "
+                                       "giving up on resending delta "
+                                         + std::to_string(
+                                           unacked.front().delta.seq));
+                          unacked.pop_front();
+                          ++stats->deltas_evicted;
+                        }
+                        return before_context(ctx);
+                      }};
+    }
+    return before_context(ctx);
+  }
+
+  step before_context(context& ctx) {
     if (has(role::learner)) {
       // The learner always waits for data, but (unlike DI-engine) only up to
       // a deadline and never past finish.
@@ -199,12 +416,28 @@ struct exchanger_state {
                      handles.bus, std::move(topics));
       return;
     }
-    for (auto r : all_roles) {
-      if (!has(r))
-        continue;
-      auto topic = context_topic(r);
-      svc->publish(topic, caf::make_message(topic, d));
+    publish_delta(d);
+    if (!tracking())
+      return;
+    ++stats->deltas_sent;
+    if (svc->finished()) {
+      // The last delta: no timer will resend anything after the drain, so
+      // resend now whatever is unacked (a learner drops duplicates and
+      // refuses nothing while finishing).
+      for (auto& x : unacked) {
+        publish_delta(x.delta);
+        ++stats->deltas_resent;
+      }
     }
+    // Bounded even when finishing or after a timed-out window wait: the
+    // oldest delta is no longer protected by resends.
+    if (unacked.size() >= opts.max_in_flight) {
+      unacked.pop_front();
+      ++stats->deltas_evicted;
+    }
+    unacked.push_back(unacked_delta{std::move(d), svc->now()});
+    raise_peak(stats->unacked_peak, unacked.size());
+    arm_resend();
   }
 };
 
@@ -213,6 +446,8 @@ struct exchanger_state {
 middleware context_exchanger(context_exchanger_options opts) {
   auto st = std::make_shared<exchanger_state>();
   st->opts = opts;
+  st->stats = opts.stats ? opts.stats
+                         : std::make_shared<context_exchange_stats>();
   middleware result;
   result.name = "context_exchanger";
   result.attach = [st](node_services& svc) {
@@ -243,6 +478,18 @@ middleware context_exchanger(context_exchanger_options opts) {
                                       st->handles.self, msg);
       });
     }
+    if (st->tracking()) {
+      svc.subscribe(context_ack_topic(svc.node_id()),
+                    [st](const caf::type_erased_tuple& msg) {
+                      if (msg.match_elements<std::string, context_delta>())
+                        st->on_ack(msg.get_as<context_delta>(1));
+                      else
+                        count(trust_event::message_rejected);
+                    });
+      svc.subscribe(st->resend_topic(), [st](const caf::type_erased_tuple&) {
+        st->on_resend_timer();
+      });
+    }
   };
   result.before = [st](context& ctx) { return st->before(ctx); };
   result.after = [st](context& ctx) { st->after(ctx); };
@@ -251,6 +498,16 @@ middleware context_exchanger(context_exchanger_options opts) {
   result.on_stop = [st](context& ctx) {
     if (st->active && st->box.any)
       st->merge(ctx);
+    if (st->active) {
+      auto& x = *st->stats;
+      log::info(st->svc->node_id(),
+                "context exchange: sent " + std::to_string(x.deltas_sent)
+                  + ", resent " + std::to_string(x.deltas_resent)
+                  + ", unacked at stop " + std::to_string(st->unacked.size())
+                  + ", window waits " + std::to_string(x.window_waits)
+                  + ", acks sent " + std::to_string(x.acks_sent)
+                  + ", refused " + std::to_string(x.deltas_refused));
+    }
     // DI-engine: shutdown on task.once("finish").
     if (st->opts.storage_loader)
       caf::anon_send_exit(st->opts.storage_loader,

@@ -1,7 +1,9 @@
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "dice/actors/storage_loader.hpp"
@@ -11,6 +13,37 @@
 #include "caf/timespan.hpp"
 
 namespace dice {
+
+/// What a context exchanger did for exactly-once delivery and backpressure
+/// (shared with tests and tools; every field is safe to read concurrently).
+struct context_exchange_stats {
+  /// Deltas a collector published for the first time.
+  std::atomic<std::uint64_t> deltas_sent{0};
+  /// Deltas a collector published again because no ack came in time.
+  std::atomic<std::uint64_t> deltas_resent{0};
+  /// Acks a collector received that freed at least one delta.
+  std::atomic<std::uint64_t> acks_received{0};
+  /// Acks a learner published.
+  std::atomic<std::uint64_t> acks_sent{0};
+  /// Times a collector's before-part waited because its window was full.
+  std::atomic<std::uint64_t> window_waits{0};
+  /// Total time (ns, actor clock) collectors spent waiting for the window.
+  std::atomic<std::int64_t> window_wait_ns{0};
+  /// Unacked deltas dropped because the window wait timed out (data loss).
+  std::atomic<std::uint64_t> deltas_evicted{0};
+  /// Deltas a learner refused (unapplied, unacked) because its buffer was
+  /// full; the sender resends them.
+  std::atomic<std::uint64_t> deltas_refused{0};
+  /// Most deltas a learner held unmerged at once.
+  std::atomic<std::uint64_t> buffered_peak{0};
+  /// Most payload bytes a learner held unmerged at once.
+  std::atomic<std::uint64_t> buffered_bytes_peak{0};
+  /// Most unacked deltas a collector held at once.
+  std::atomic<std::uint64_t> unacked_peak{0};
+};
+
+/// The topic a learner acknowledges node `collector`'s deltas on.
+std::string context_ack_topic(std::uint32_t collector);
 
 /// Options of the context exchanger (DI-engine's ContextExchanger).
 struct context_exchanger_options {
@@ -27,6 +60,27 @@ struct context_exchanger_options {
   /// (off the role actor: DI-engine saved synchronously); receivers load
   /// references through their own loader. Null: context travels on the bus.
   storage_loader_actor storage_loader;
+  /// Exactly-once with backpressure: a collector keeps at most this many
+  /// deltas the learner has not acknowledged; with a full window its
+  /// before-part waits. 0: DI-engine's fire-and-forget (no window, no
+  /// resend). Not applied with a storage_loader (refs are not resent).
+  std::size_t max_in_flight = 8;
+  /// A collector resends unacked deltas older than this (e.g. lost while a
+  /// peer reconnected; the learner drops any duplicate).
+  caf::timespan resend_timeout = std::chrono::seconds{5};
+  /// Longest wait for a free window slot; past it the collector warns,
+  /// drops its oldest unacked delta (counted in deltas_evicted) and goes on.
+  caf::timespan window_timeout = std::chrono::seconds{60};
+  /// A learner holds at most this many unmerged deltas; more are refused
+  /// unapplied and unacked (their senders resend them). Collector windows
+  /// already bound the buffer to collectors x max_in_flight; this cap guards
+  /// against many or misbehaving senders. 0: unbounded.
+  std::size_t max_buffered = 1024;
+  /// A learner holds at most this many unmerged payload bytes (0:
+  /// unbounded); one delta is always accepted into an empty buffer.
+  std::size_t max_buffered_bytes = std::size_t{1} << 30;
+  /// Receives the exchanger's counters (null: none kept outside).
+  std::shared_ptr<context_exchange_stats> stats;
 };
 
 /// The event (topic) a node with role `r` emits its context on:

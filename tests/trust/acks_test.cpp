@@ -1,0 +1,279 @@
+// Exactly-once context with acks, resend and backpressure, on the test
+// coordinator: lost deltas are resent and counted once, a full window makes
+// a collector wait instead of producing, the learner's buffer stays bounded,
+// and a restarted collector's two incarnations are both counted exactly.
+
+#include "dice/actors/context_exchanger.hpp"
+#include "dice/messages/context_delta.hpp"
+#include "dice/trust.hpp"
+
+#include "support/deterministic.hpp"
+#include "support/probes.hpp"
+
+#include <chrono>
+
+using namespace std::chrono_literals;
+using namespace dice;
+
+namespace {
+
+// A learner middleware that takes `d` (fake clock) per iteration: collectors
+// that never wait for context are then many times faster than the learner.
+middleware busy_for(caf::timespan d) {
+  middleware m;
+  m.name = "busy";
+  m.before = [d](context&) -> step {
+    return wait_for{[] { return false; }, d,
+                    [](context&, wait_outcome) -> step { return proceed; }};
+  };
+  return m;
+}
+
+class AcksTest : public dice::test::deterministic {
+protected:
+  // A collector that never waits for the learner's context (only its
+  // window paces it) and produces `items` per iteration.
+  pipeline collector_pipe(std::uint32_t node, std::int64_t items,
+                          context_exchanger_options opts) {
+    opts.skip_n_iter = 1'000'000;
+    pipeline p;
+    p.use(dice::test::collect_integers(node, items, {items - 1}))
+      .use(context_exchanger(std::move(opts)));
+    return p;
+  }
+
+  pipeline learner_pipe(caf::timespan per_iteration,
+                        context_exchanger_options opts) {
+    pipeline p;
+    p.use(busy_for(per_iteration)).use(context_exchanger(std::move(opts)));
+    return p;
+  }
+
+  // spawn_role with a chosen epoch (a restarted node has a new one).
+  role_actor spawn_incarnation(const bus_actor& b, std::uint32_t node,
+                               std::uint64_t epoch, pipeline pipe,
+                               std::int64_t max_step) {
+    role_config rc;
+    rc.node = node;
+    rc.roles = {role::collector};
+    rc.bus = b;
+    rc.max_step = max_step;
+    rc.wait_for_start = true;
+    rc.epoch = epoch;
+    rc.report_to = caf::actor_cast<caf::actor>(sink);
+    auto result = sys.spawn(role_runner, std::move(rc), std::move(pipe));
+    spawned.push_back(caf::actor_cast<caf::actor>(result));
+    return result;
+  }
+
+  // reports() drains the sink, so keep what it returned across calls.
+  std::size_t stopped() {
+    for (auto& kvp : reports())
+      got_[kvp.first] = kvp.second;
+    return got_.size();
+  }
+
+  std::map<std::uint32_t, node_report> got_;
+
+  static std::shared_ptr<context_exchange_stats> make_stats() {
+    return std::make_shared<context_exchange_stats>();
+  }
+};
+
+// The learner is not subscribed yet and the bus holds nothing, so the first
+// deltas are lost; the collector resends them after the resend timeout and
+// the learner counts each once.
+TEST_F(AcksTest, LostDeltasAreResentAndCountedOnce) {
+  bus_config bcfg;
+  bcfg.max_held_per_topic = 0; // a bus that loses what nobody receives yet
+  auto bus = sys.spawn(dice::bus, bcfg);
+  spawned.push_back(caf::actor_cast<caf::actor>(bus));
+  run();
+  auto cstats = make_stats();
+  context_exchanger_options copts;
+  copts.max_in_flight = 2;
+  copts.resend_timeout = 1s;
+  copts.stats = cstats;
+  auto c = spawn_role(bus, 2, {role::collector}, collector_pipe(2, 3, copts),
+                      4);
+  start({c});
+  // Two deltas published into the void, then the window is full.
+  EXPECT_EQ(cstats->deltas_sent, 2u);
+  EXPECT_EQ(cstats->window_waits, 1u);
+  auto lstats = make_stats();
+  context_exchanger_options lopts;
+  lopts.stats = lstats;
+  auto dropped = counter(trust_event::duplicate_dropped);
+  auto l = spawn_role(bus, 0, {role::learner}, learner_pipe(100ms, lopts));
+  start({l});
+  EXPECT_EQ(lstats->buffered_peak, 0u) << "nothing arrived before the resend";
+  for (int i = 0; i < 40 && stopped() < 2; ++i)
+    advance(100ms);
+  stopped();
+  auto reps = got_;
+  ASSERT_EQ(reps.size(), 2u);
+  EXPECT_EQ(reps[2].env_step, 12);
+  EXPECT_EQ(reps[0].env_step, 12);
+  EXPECT_EQ(reps[0].trajectories_received, 12);
+  EXPECT_EQ(reps[0].deltas_received, 4);
+  EXPECT_GE(cstats->deltas_resent, 2u);
+  EXPECT_GE(cstats->acks_received, 1u);
+  EXPECT_GT(cstats->window_wait_ns, 0);
+  // Resends of lost deltas are new to the learner, not duplicates.
+  EXPECT_EQ(counter(trust_event::duplicate_dropped), dropped);
+}
+
+// A resent delta the learner already applied (its ack was lost) is dropped
+// as a duplicate, re-acked, and not counted twice.
+TEST_F(AcksTest, ResendOfAnAppliedDeltaIsDroppedAndReacked) {
+  auto bus = spawn_bus();
+  auto lstats = make_stats();
+  context_exchanger_options lopts;
+  lopts.stats = lstats;
+  lopts.learner_timeout = 1s;
+  auto l = spawn_role(bus, 0, {role::learner}, learner_pipe(1s, lopts), 2);
+  start({l});
+  context_delta d;
+  d.sender = 2;
+  d.epoch = 7;
+  d.seq = 1;
+  d.sender_roles = {role::collector};
+  d.env_step = 3;
+  d.trajectories = {pack(std::vector<int>{1, 2, 3}, 2)};
+  d.has_trajectory_end_idx = true;
+  auto topic = context_topic(role::collector);
+  publish(bus, topic, 2, d);
+  advance(1s); // merged and acked
+  auto acks = lstats->acks_sent.load();
+  EXPECT_EQ(acks, 1u);
+  auto dropped = counter(trust_event::duplicate_dropped);
+  publish(bus, topic, 2, d); // the collector never saw the ack: resend
+  EXPECT_EQ(counter(trust_event::duplicate_dropped), dropped + 1);
+  EXPECT_EQ(lstats->acks_sent, acks + 1) << "a duplicate is acked again";
+  for (int i = 0; i < 10 && stopped() < 1; ++i)
+    advance(1s);
+  stopped();
+  auto reps = got_;
+  ASSERT_EQ(reps.size(), 1u);
+  EXPECT_EQ(reps[0].env_step, 3);
+  EXPECT_EQ(reps[0].trajectories_received, 3);
+}
+
+// Flood: three collectors that never wait for context against a learner
+// that takes 1 s per iteration. Windows hold each collector to 4 unacked
+// deltas and the learner's buffer to 3 x 4; nothing is lost or doubled.
+TEST_F(AcksTest, WindowBoundsAFloodAndCountsStayExact) {
+  auto bus = spawn_bus();
+  auto lstats = make_stats();
+  context_exchanger_options lopts;
+  lopts.stats = lstats;
+  auto l = spawn_role(bus, 0, {role::learner}, learner_pipe(1s, lopts), 10);
+  std::vector<std::shared_ptr<context_exchange_stats>> cstats;
+  std::vector<role_actor> cs;
+  for (std::uint32_t n = 2; n < 5; ++n) {
+    cstats.push_back(make_stats());
+    context_exchanger_options copts;
+    copts.max_in_flight = 4;
+    copts.stats = cstats.back();
+    cs.push_back(spawn_role(bus, n, {role::collector},
+                            collector_pipe(n, 30, copts)));
+  }
+  start({l, cs[0], cs[1], cs[2]});
+  for (int i = 0; i < 30 && stopped() < 4; ++i)
+    advance(1s);
+  stopped();
+  auto reps = got_;
+  ASSERT_EQ(reps.size(), 4u);
+  std::int64_t produced = 0;
+  for (std::uint32_t n = 2; n < 5; ++n)
+    produced += reps[n].env_step;
+  EXPECT_EQ(reps[0].env_step, produced);
+  EXPECT_EQ(reps[0].trajectories_received, produced);
+  EXPECT_LE(lstats->buffered_peak, 12u);
+  EXPECT_GT(lstats->buffered_peak, 0u);
+  EXPECT_EQ(lstats->deltas_refused, 0u);
+  for (auto& s : cstats) {
+    EXPECT_LE(s->unacked_peak, 4u);
+    EXPECT_GT(s->window_waits, 5u);
+    // Nearly all of the run was spent waiting for the slow learner.
+    EXPECT_GE(s->window_wait_ns, std::chrono::nanoseconds{8s}.count());
+    EXPECT_EQ(s->deltas_evicted, 0u);
+  }
+  // Bounded production: a window of 4 per learner iteration (plus the last).
+  for (std::uint32_t n = 2; n < 5; ++n)
+    EXPECT_LE(reps[n].iterations, 4 * (10 + 2));
+}
+
+// A learner whose buffer cap is below what the windows allow refuses the
+// excess; the senders resend it and every transition still counts once.
+TEST_F(AcksTest, LearnerCapRefusesExcessAndResendsFillIt) {
+  auto bus = spawn_bus();
+  auto lstats = make_stats();
+  context_exchanger_options lopts;
+  lopts.max_buffered = 2;
+  lopts.stats = lstats;
+  auto l = spawn_role(bus, 0, {role::learner}, learner_pipe(1s, lopts), 12);
+  std::vector<std::shared_ptr<context_exchange_stats>> cstats;
+  std::vector<role_actor> cs;
+  for (std::uint32_t n = 2; n < 5; ++n) {
+    cstats.push_back(make_stats());
+    context_exchanger_options copts;
+    copts.max_in_flight = 4;
+    copts.resend_timeout = 500ms;
+    copts.stats = cstats.back();
+    cs.push_back(spawn_role(bus, n, {role::collector},
+                            collector_pipe(n, 5, copts)));
+  }
+  start({l, cs[0], cs[1], cs[2]});
+  for (int i = 0; i < 60 && stopped() < 4; ++i)
+    advance(500ms);
+  stopped();
+  auto reps = got_;
+  ASSERT_EQ(reps.size(), 4u);
+  std::int64_t produced = 0;
+  std::uint64_t resent = 0;
+  for (std::uint32_t n = 2; n < 5; ++n)
+    produced += reps[n].env_step;
+  for (auto& s : cstats)
+    resent += s->deltas_resent;
+  EXPECT_GT(lstats->deltas_refused, 0u);
+  EXPECT_GT(resent, 0u);
+  EXPECT_EQ(reps[0].env_step, produced);
+  EXPECT_EQ(reps[0].trajectories_received, produced);
+}
+
+// A collector is killed mid-run and restarts with a new epoch: the learner
+// counts what each incarnation sent, once.
+TEST_F(AcksTest, RestartedCollectorIsCountedPerIncarnation) {
+  auto bus = spawn_bus();
+  auto lstats = make_stats();
+  context_exchanger_options lopts;
+  lopts.stats = lstats;
+  auto l = spawn_role(bus, 0, {role::learner}, learner_pipe(1s, lopts));
+  auto first = make_stats();
+  context_exchanger_options copts;
+  copts.max_in_flight = 3;
+  copts.stats = first;
+  auto c = spawn_incarnation(bus, 2, 1, collector_pipe(2, 3, copts), 0);
+  start({l, c});
+  advance(1s);
+  advance(1s);
+  caf::anon_send_exit(c, caf::exit_reason::kill);
+  run();
+  auto sent_by_first = static_cast<std::int64_t>(first->deltas_sent) * 3;
+  EXPECT_GT(sent_by_first, 0);
+  auto second = make_stats();
+  copts.stats = second;
+  auto c2 = spawn_incarnation(bus, 2, 2, collector_pipe(2, 3, copts), 6);
+  start({c2});
+  for (int i = 0; i < 40 && stopped() < 2; ++i)
+    advance(1s);
+  stopped();
+  auto reps = got_;
+  ASSERT_EQ(reps.size(), 2u);
+  EXPECT_EQ(reps[2].env_step, 18);
+  EXPECT_EQ(reps[0].env_step, sent_by_first + 18);
+  EXPECT_EQ(reps[0].trajectories_received, sent_by_first + 18);
+}
+
+} // namespace
