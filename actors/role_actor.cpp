@@ -9,6 +9,7 @@
 
 #include "dice/errc.hpp"
 #include "dice/log.hpp"
+#include "dice/trust.hpp"
 
 #include "caf/actor_system.hpp"
 #include "caf/scheduled_actor.hpp"
@@ -224,6 +225,9 @@ void role_state::dispatch(const std::string& topic,
                           const caf::type_erased_tuple& msg) {
   auto i = handlers.find(topic);
   if (i == handlers.end()) {
+    // Nobody here asked for it: a confused or hostile sender; count it so
+    // that it is visible, and keep running.
+    count(trust_event::unknown_topic);
     log::debug(cfg.node, "ignored a message on unsubscribed topic " + topic);
     return;
   }

@@ -3,13 +3,15 @@
 //
 //   dice-launch --workers N [--topology star|mesh|alone] [--ports P]
 //               [--node-ids I[,I...]] [--attach-to host:port,...]
-//               [--host ADDR] [--startup-timeout S] -- PROGRAM [ARGS...]
+//               [--host ADDR] [--startup-timeout S]
+//               [--dice.secret-file=F] [--openssl.KEY=V ...] -- PROGRAM ...
 //
 // Each node gets `--dice.node-id= --dice.workers= --dice.topology=
 // --dice.port= --dice.attach-to=` on its command line. Without --ports
 // every node listens on an ephemeral port, which the launcher reads from
 // the node's "dice-node ID listening on port P" line before starting the
-// nodes that attach to it. Output lines are prefixed with "[node ID] ";
+// nodes that attach to it. --dice.secret-file and --openssl.* options go to
+// every node unchanged (one cluster shares its secret and CA). Output lines are prefixed with "[node ID] ";
 // SIGINT/SIGTERM are forwarded; the exit code is 0 only if every node
 // exited 0.
 
@@ -65,6 +67,8 @@ struct options {
   std::string host = "127.0.0.1";
   double startup_timeout = 60;
   std::vector<std::string> command;
+  /// Trust settings every node gets (cluster secret, TLS files).
+  std::vector<std::string> pass_through;
 };
 
 [[noreturn]] void usage(const std::string& why) {
@@ -72,7 +76,8 @@ struct options {
             << "usage: dice-launch --workers N [--topology star|mesh|alone] "
                "[--ports P[,P...]] [--node-ids I[,I...]] "
                "[--attach-to host:port,...] [--host ADDR] "
-               "[--startup-timeout SECONDS] -- PROGRAM [ARGS...]\n";
+               "[--startup-timeout SECONDS] [--dice.secret-file=FILE] "
+               "[--openssl.KEY=VALUE ...] -- PROGRAM [ARGS...]\n";
   std::exit(2);
 }
 
@@ -140,6 +145,9 @@ options parse(int argc, char** argv) {
       opts.host = value(flag);
     } else if (flag == "--startup-timeout") {
       opts.startup_timeout = std::atof(value(flag).c_str());
+    } else if (flag == "--dice.secret-file"
+               || flag.rfind("--openssl.", 0) == 0) {
+      opts.pass_through.push_back(flag + "=" + value(flag));
     } else if (arg == "-h" || arg == "--help") {
       usage("help");
     } else {
@@ -377,6 +385,7 @@ int main(int argc, char** argv) {
       args.push_back("--dice.port=" + std::to_string(opts.ports[i]));
     if (!attach.empty())
       args.push_back("--dice.attach-to=" + attach);
+    args.insert(args.end(), opts.pass_through.begin(), opts.pass_through.end());
     args.insert(args.end(), opts.command.begin() + 1, opts.command.end());
     if (!spawn(c, args)) {
       std::cerr << "[dice-launch] cannot start node " << c.id << ": "
