@@ -344,8 +344,7 @@ void attach(bus_ptr self, std::size_t idx) {
         // Challenge first: the acceptor proves it knows the secret, then
         // our hello proves we do; no data moves before both hold.
         auto nonce_a = random_nonce();
-        self
-          ->request(peer, st.cfg.connect_timeout, hello_atom::value, nonce_a)
+        self->request(peer, st.cfg.connect_timeout, hello_atom::value, nonce_a)
           .then(
             [=](std::string& nonce_b, std::string& mac) {
               auto& st = self->state;
@@ -380,43 +379,39 @@ void attach(bus_ptr self, std::size_t idx) {
 // its backlog for us.
 void send_hello(bus_ptr self, std::size_t idx, bus_actor peer,
                 std::string where, std::string proof) {
+  auto& st = self->state;
+  auto sent = make_hello(self);
+  sent.proof = std::move(proof);
+  self->request(peer, st.cfg.connect_timeout, hello_atom::value, sent)
+    .then(
+      [=](peer_hello& h) {
         auto& st = self->state;
-        auto sent = make_hello(self);
-        sent.proof = std::move(proof);
-        self->request(peer, st.cfg.connect_timeout, hello_atom::value, sent)
-          .then(
-            [=](peer_hello& h) {
-              auto& st = self->state;
-              // What the peer held for us arrives before anything else.
-              for (auto& x : h.backlog)
-                if (x.match_elements<std::string, std::uint32_t,
-                                     caf::message>())
-                  route(self, x.get_as<std::string>(0),
-                        x.get_as<std::uint32_t>(1), x.get_as<caf::message>(2),
-                        true);
-              bus_peer p{h.node, h.roles, peer, h.topics, h.drained, idx};
-              for (auto& [topic, x] : take_backlog(self, p.topics))
-                self->send(peer, forward_atom::value, topic, x.first, x.second);
-              // State that changed while the handshake was in flight.
-              if (st.finished && sent.finished.empty())
-                self->send(peer, *st.finished);
-              if (st.drained && !sent.drained)
-                self->send(peer, done_atom::value, st.cfg.node);
-              add_peer(self, std::move(p), h);
-            },
-            [=](caf::error& err) {
-              auto& st = self->state;
-              if (is(err, errc::handshake_failed)
-                  || is(err, errc::unauthorized)) {
-                log::error(st.cfg.node,
-                           "handshake with " + where
-                             + " refused: " + render(err));
-                return;
-              }
-              log::debug(st.cfg.node,
-                         "handshake with " + where + " failed: " + render(err));
-              schedule_reconnect(self, idx);
-            });
+        // What the peer held for us arrives before anything else.
+        for (auto& x : h.backlog)
+          if (x.match_elements<std::string, std::uint32_t, caf::message>())
+            route(self, x.get_as<std::string>(0), x.get_as<std::uint32_t>(1),
+                  x.get_as<caf::message>(2), true);
+        bus_peer p{h.node, h.roles, peer, h.topics, h.drained, idx};
+        for (auto& [topic, x] : take_backlog(self, p.topics))
+          self->send(peer, forward_atom::value, topic, x.first, x.second);
+        // State that changed while the handshake was in flight.
+        if (st.finished && sent.finished.empty())
+          self->send(peer, *st.finished);
+        if (st.drained && !sent.drained)
+          self->send(peer, done_atom::value, st.cfg.node);
+        add_peer(self, std::move(p), h);
+      },
+      [=](caf::error& err) {
+        auto& st = self->state;
+        if (is(err, errc::handshake_failed) || is(err, errc::unauthorized)) {
+          log::error(st.cfg.node,
+                     "handshake with " + where + " refused: " + render(err));
+          return;
+        }
+        log::debug(st.cfg.node,
+                   "handshake with " + where + " failed: " + render(err));
+        schedule_reconnect(self, idx);
+      });
 }
 
 void remove_member(bus_ptr self, const caf::actor_addr& who) {
@@ -532,16 +527,16 @@ bus_actor::behavior_type bus(bus_ptr self, bus_config cfg) {
         auto i = src ? st.challenges.find(caf::actor_cast<caf::actor_addr>(src))
                      : st.challenges.end();
         auto ok = i != st.challenges.end()
-                  && same_mac(h.proof,
-                              attacher_proof(st.cfg.secret, i->second.first,
-                                             i->second.second, h.node));
+          && same_mac(h.proof,
+                      attacher_proof(st.cfg.secret, i->second.first,
+                                     i->second.second, h.node));
         if (i != st.challenges.end())
           st.challenges.erase(i);
         if (!ok) {
           count(trust_event::auth_refused);
           auto what = "node " + std::to_string(h.node)
-                      + (h.proof.empty() ? " sent no proof of the cluster secret"
-                                         : " does not know the cluster secret");
+            + (h.proof.empty() ? " sent no proof of the cluster secret"
+                               : " does not know the cluster secret");
           log::error(st.cfg.node, "refused peer: " + what);
           return make_error(errc::unauthorized, what);
         }
@@ -565,8 +560,8 @@ bus_actor::behavior_type bus(bus_ptr self, bus_config cfg) {
                h);
       return reply;
     },
-    [=](hello_atom, const std::string& nonce_a)
-      -> caf::result<std::string, std::string> {
+    [=](hello_atom,
+        const std::string& nonce_a) -> caf::result<std::string, std::string> {
       auto& st = self->state;
       // No secret here: an empty proof, which an attacher with a secret
       // refuses.

@@ -7,8 +7,8 @@
 
 #include "dice/log.hpp"
 #include "dice/messages/storage_ref.hpp"
-#include "dice/type_ids.hpp"
 #include "dice/middleware.hpp"
+#include "dice/type_ids.hpp"
 
 #include "caf/actor_cast.hpp"
 #include "caf/send.hpp"

@@ -1,8 +1,5 @@
 #include "dice/actors/local_cluster.hpp"
 
-#include <algorithm>
-#include <map>
-
 #include "dice/errc.hpp"
 #include "dice/log.hpp"
 
@@ -10,6 +7,9 @@
 #include "caf/scheduler/test_coordinator.hpp"
 #include "caf/scoped_actor.hpp"
 #include "caf/send.hpp"
+
+#include <algorithm>
+#include <map>
 
 namespace dice {
 
@@ -35,8 +35,7 @@ run_deterministic(caf::actor_system& sys,
     cfg.wait_for_start = true;
     cfg.print_report = opts.print_reports;
     cfg.report_to = caf::actor_cast<caf::actor>(sink);
-    actors.push_back(sys.spawn(role_runner, std::move(cfg),
-                               std::move(n.pipe)));
+    actors.push_back(sys.spawn(role_runner, std::move(cfg), std::move(n.pipe)));
   }
   sched.run(); // every node joins the bus before any starts
   for (auto& a : actors)
@@ -45,10 +44,14 @@ run_deterministic(caf::actor_system& sys,
   auto collect = [&] {
     bool more = true;
     while (more)
-      sink->receive([&](const node_report& rep) { reports[rep.node] = rep; },
-                    caf::after(std::chrono::seconds{0}) >> [&] {
-                      more = false;
-                    });
+      sink->receive(
+        [&](const node_report& rep) {
+          reports[rep.node] = rep;
+        },
+        caf::after(std::chrono::seconds{0}) >>
+          [&] {
+            more = false;
+          });
   };
   while (reports.size() < actors.size()) {
     if (sched.try_run_once())
@@ -65,11 +68,10 @@ run_deterministic(caf::actor_system& sys,
     for (auto& a : actors)
       caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
     sched.run();
-    return make_error(errc::timeout, "the deterministic run stalled: "
-                                       + std::to_string(reports.size())
-                                       + " of "
-                                       + std::to_string(actors.size())
-                                       + " nodes reported");
+    return make_error(errc::timeout,
+                      "the deterministic run stalled: "
+                        + std::to_string(reports.size()) + " of "
+                        + std::to_string(actors.size()) + " nodes reported");
   }
   std::vector<node_report> result;
   for (auto& [id, rep] : reports)
@@ -79,11 +81,11 @@ run_deterministic(caf::actor_system& sys,
 
 } // namespace
 
-caf::expected<std::vector<node_report>>
-run_local(caf::actor_system& sys, std::vector<local_node> nodes,
-          local_run_options opts) {
-  if (auto sched
-      = dynamic_cast<caf::scheduler::test_coordinator*>(&sys.scheduler()))
+caf::expected<std::vector<node_report>> run_local(caf::actor_system& sys,
+                                                  std::vector<local_node> nodes,
+                                                  local_run_options opts) {
+  if (auto sched = dynamic_cast<caf::scheduler::test_coordinator*>(
+        &sys.scheduler()))
     return run_deterministic(sys, *sched, std::move(nodes), std::move(opts));
   caf::scoped_actor self{sys};
   auto the_bus = sys.spawn(bus, bus_config{});
@@ -109,7 +111,10 @@ run_local(caf::actor_system& sys, std::vector<local_node> nodes,
   caf::error failure;
   for (auto& a : actors)
     self->request(a, std::chrono::seconds{30}, ready_atom::value)
-      .receive([](bool) {}, [&](caf::error& err) { failure = err; });
+      .receive([](bool) {},
+               [&](caf::error& err) {
+                 failure = err;
+               });
   if (failure) {
     stop_all();
     return failure;
@@ -121,15 +126,29 @@ run_local(caf::actor_system& sys, std::vector<local_node> nodes,
     self->monitor(a);
   std::size_t downs = 0;
   bool timed_out = false;
-  self->receive_while([&] { return downs < actors.size() && !timed_out; })(
-    [&](const node_report& rep) { reports[rep.node] = rep; },
-    [&](const caf::down_msg&) { ++downs; },
-    caf::after(opts.deadline) >> [&] { timed_out = true; });
+  self->receive_while([&] {
+    return downs < actors.size() && !timed_out;
+  })(
+    [&](const node_report& rep) {
+      reports[rep.node] = rep;
+    },
+    [&](const caf::down_msg&) {
+      ++downs;
+    },
+    caf::after(opts.deadline) >>
+      [&] {
+        timed_out = true;
+      });
   self->send_exit(the_bus, caf::exit_reason::user_shutdown);
   if (timed_out) {
     stop_all();
-    return make_error(errc::timeout, "no node of the in-process run reported for "
-                          + std::to_string(std::chrono::duration_cast<std::chrono::seconds>(opts.deadline).count()) + " s");
+    return make_error(
+      errc::timeout,
+      "no node of the in-process run reported for "
+        + std::to_string(
+          std::chrono::duration_cast<std::chrono::seconds>(opts.deadline)
+            .count())
+        + " s");
   }
   std::vector<node_report> result;
   for (auto& [id, rep] : reports)

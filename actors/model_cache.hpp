@@ -2,11 +2,6 @@
 
 // Internal: the single-slot model cache shared by both model exchangers.
 
-#include <chrono>
-#include <cstdint>
-#include <optional>
-#include <string>
-
 #include "dice/errc.hpp"
 #include "dice/log.hpp"
 #include "dice/messages/model_snapshot.hpp"
@@ -15,11 +10,16 @@
 
 #include "caf/type_erased_tuple.hpp"
 
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+
 namespace dice::detail {
 
 /// Latest received snapshot (latest wins) plus what was loaded last.
 class model_cache {
-public:
+ public:
   /// The slot.
   std::optional<model_snapshot> slot;
   /// Arrival time of the newest cached snapshot (local clock).
@@ -48,10 +48,10 @@ public:
   bool offer(node_services& svc, const model_snapshot& x) {
     if (outdated(x)) {
       ++svc.report().models_dropped;
-      log::debug(svc.node_id(), "dropped model v" + std::to_string(x.version)
-                                  + " from node " + std::to_string(x.sender)
-                                  + ": not newer than v"
-                                  + std::to_string(loaded_version));
+      log::debug(svc.node_id(),
+                 "dropped model v" + std::to_string(x.version) + " from node "
+                   + std::to_string(x.sender) + ": not newer than v"
+                   + std::to_string(loaded_version));
       return false;
     }
     if (auto err = validate(x)) {
@@ -71,10 +71,10 @@ public:
     slot.reset();
     if (auto err = model.load(x)) {
       ++svc.report().models_dropped;
-      log::error(svc.node_id(), "cannot load model v"
-                                  + std::to_string(x.version) + " from node "
-                                  + std::to_string(x.sender) + ": "
-                                  + render(err));
+      log::error(svc.node_id(),
+                 "cannot load model v" + std::to_string(x.version)
+                   + " from node " + std::to_string(x.sender) + ": "
+                   + render(err));
       return false;
     }
     loaded_epoch = x.epoch;

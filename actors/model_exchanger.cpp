@@ -1,13 +1,13 @@
 #include "dice/actors/model_exchanger.hpp"
 
-#include <memory>
-
 #include "dice/log.hpp"
+
+#include "caf/make_message.hpp"
 
 #include "loader_bridge.hpp"
 #include "model_cache.hpp"
 
-#include "caf/make_message.hpp"
+#include <memory>
 
 namespace dice {
 
@@ -43,7 +43,10 @@ struct exchanger_state {
       }
       return update(ctx, start);
     };
-    return wait_for{[this] { return cache.slot.has_value(); }, left, resume};
+    return wait_for{[this] {
+                      return cache.slot.has_value();
+                    },
+                    left, resume};
   }
 };
 
@@ -59,8 +62,9 @@ middleware model_exchanger(model_port_ptr model, model_exchanger_options opts) {
     st->svc = &svc;
     auto roles = svc.roles();
     if (roles.empty()) {
-      log::warning(svc.node_id(), "The task does not have any roles defined, "
-                                  "the ModelExchanger will not work.");
+      log::warning(svc.node_id(),
+                   "The task does not have any roles defined, "
+                   "the ModelExchanger will not work.");
       return;
     }
     if (roles.size() > 1)
@@ -113,9 +117,8 @@ middleware model_exchanger(model_port_ptr model, model_exchanger_options opts) {
     ctx.model_version = snap->version;
     if (st->opts.model_loader && st->handles.bus) {
       // The loader stores it off this actor and publishes the reference.
-      caf::anon_send(st->opts.model_loader, save_atom::value,
-                     std::move(*snap), st->handles.bus,
-                     std::vector<std::string>{model_topic});
+      caf::anon_send(st->opts.model_loader, save_atom::value, std::move(*snap),
+                     st->handles.bus, std::vector<std::string>{model_topic});
       return;
     }
     st->svc->publish(model_topic,

@@ -251,8 +251,9 @@ node_system_config::node_system_config() {
     .add(connect_timeout, "connect-timeout", "deadline of one connect")
     .add(secret_file, "secret-file",
          "file with the cluster secret (peers must know it)")
-    .add(deterministic, "deterministic",
-         "embedded runs: one thread, fixed order, virtual clock (reproducible)");
+    .add(
+      deterministic, "deterministic",
+      "embedded runs: one thread, fixed order, virtual clock (reproducible)");
 }
 
 caf::expected<node_config> make_node_config(const node_system_config& cfg) {
@@ -395,9 +396,9 @@ caf::expected<node> node::start(caf::actor_system& sys, node_config cfg) {
   result.bus_ = sys.spawn(dice::bus, std::move(bc));
   if (c.distributed && c.listen) {
     auto host = c.host.empty() ? nullptr : c.host.c_str();
-    auto port = bc_tls ? caf::openssl::publish(result.bus_, c.port, host, true)
-                       : sys.middleman().publish(result.bus_, c.port, host,
-                                                 true);
+    auto port = bc_tls
+      ? caf::openssl::publish(result.bus_, c.port, host, true)
+      : sys.middleman().publish(result.bus_, c.port, host, true);
     if (!port) {
       caf::anon_send_exit(result.bus_, caf::exit_reason::user_shutdown);
       return make_error(errc::unreachable,

@@ -1,14 +1,14 @@
 #include "dice/actors/periodical_model_exchanger.hpp"
 
-#include <memory>
-
 #include "dice/errc.hpp"
 #include "dice/log.hpp"
+
+#include "caf/make_message.hpp"
 
 #include "loader_bridge.hpp"
 #include "model_cache.hpp"
 
-#include "caf/make_message.hpp"
+#include <memory>
 
 namespace dice {
 
@@ -89,7 +89,10 @@ struct exchanger_state {
       }
       return update(ctx, start);
     };
-    return wait_for{[this] { return cache.slot.has_value(); }, left, resume};
+    return wait_for{[this] {
+                      return cache.slot.has_value();
+                    },
+                    left, resume};
   }
 };
 
@@ -114,13 +117,14 @@ middleware periodical_model_exchanger(model_port_ptr model,
     if (st->opts.model_loader)
       svc.flush_before_done(caf::actor_cast<caf::actor>(st->opts.model_loader));
     if (st->opts.mode == exchange_mode::receive)
-      svc.subscribe(st->opts.event_name, [st](const caf::type_erased_tuple& msg) {
-        if (auto x = detail::model_cache::unwrap(msg))
-          st->on_model(*x);
-        else
-          detail::forward_storage_ref(*st->svc, st->opts.model_loader,
-                                      st->handles.self, msg);
-      });
+      svc.subscribe(
+        st->opts.event_name, [st](const caf::type_erased_tuple& msg) {
+          if (auto x = detail::model_cache::unwrap(msg))
+            st->on_model(*x);
+          else
+            detail::forward_storage_ref(*st->svc, st->opts.model_loader,
+                                        st->handles.self, msg);
+        });
   };
   result.on_stop = [st](context&) {
     if (st->opts.model_loader)

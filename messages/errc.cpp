@@ -37,7 +37,7 @@ caf::error make_error(errc code) {
 
 bool is(const caf::error& err, errc code) {
   return err.category() == caf::atom("dice")
-         && err.code() == static_cast<std::uint8_t>(code);
+    && err.code() == static_cast<std::uint8_t>(code);
 }
 
 std::string render(const caf::error& err) {

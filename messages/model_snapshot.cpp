@@ -1,14 +1,14 @@
 #include "dice/messages/model_snapshot.hpp"
 
-#include <algorithm>
-#include <cstring>
-#include <limits>
-#include <set>
-
 #include "dice/errc.hpp"
 #include "dice/messages/finish.hpp"
 #include "dice/messages/storage_ref.hpp"
 #include "dice/trust.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <set>
 
 namespace dice {
 
@@ -46,19 +46,18 @@ const char* to_string(dtype x) noexcept {
 
 bool operator==(const tensor_entry& x, const tensor_entry& y) {
   return x.name == y.name && x.type == y.type && x.shape == y.shape
-         && x.offset == y.offset && x.nbytes == y.nbytes;
+    && x.offset == y.offset && x.nbytes == y.nbytes;
 }
 
 bool operator==(const model_snapshot& x, const model_snapshot& y) {
   return x.sender == y.sender && x.epoch == y.epoch && x.version == y.version
-         && x.send_time_ns == y.send_time_ns && x.index == y.index
-         && x.data == y.data;
+    && x.send_time_ns == y.send_time_ns && x.index == y.index
+    && x.data == y.data;
 }
 
 bool operator==(const storage_ref& x, const storage_ref& y) {
   return x.kind == y.kind && x.path == y.path && x.host == y.host
-         && x.size == y.size && x.checksum == y.checksum
-         && x.origin == y.origin;
+    && x.size == y.size && x.checksum == y.checksum && x.origin == y.origin;
 }
 
 bool operator==(const finish& x, const finish& y) {
@@ -80,8 +79,9 @@ caf::error validate(const model_snapshot& x) {
   for (auto& e : x.index) {
     auto esize = element_size(e.type);
     if (esize == 0)
-      return bad(e, "has an unknown dtype ("
-                      + std::to_string(static_cast<int>(e.type)) + ")");
+      return bad(e,
+                 "has an unknown dtype ("
+                   + std::to_string(static_cast<int>(e.type)) + ")");
     if (!names.insert(e.name).second)
       return bad(e, "appears twice");
     if (e.shape.size() > 64)
@@ -96,12 +96,13 @@ caf::error validate(const model_snapshot& x) {
       elems *= ud;
     }
     if (elems > buf_size / esize + 1 || elems * esize != e.nbytes)
-      return bad(e, "claims " + std::to_string(e.nbytes)
-                      + " bytes, its shape and dtype need "
-                      + std::to_string(elems * esize));
+      return bad(e,
+                 "claims " + std::to_string(e.nbytes)
+                   + " bytes, its shape and dtype need "
+                   + std::to_string(elems * esize));
     if (e.offset > buf_size || e.nbytes > buf_size - e.offset)
-      return bad(e, "lies outside the buffer (" + std::to_string(buf_size)
-                      + " bytes)");
+      return bad(
+        e, "lies outside the buffer (" + std::to_string(buf_size) + " bytes)");
     if (e.nbytes > 0)
       ranges.emplace_back(e.offset, e.offset + e.nbytes);
   }

@@ -6,7 +6,7 @@ namespace dice {
 
 bool operator==(const payload& x, const payload& y) {
   return x.count == y.count && x.origin == y.origin
-         && x.model_version == y.model_version && x.bytes == y.bytes;
+    && x.model_version == y.model_version && x.bytes == y.bytes;
 }
 
 std::uint64_t item_count(const std::vector<payload>& xs) {
@@ -18,18 +18,18 @@ std::uint64_t item_count(const std::vector<payload>& xs) {
 
 bool operator==(const context_delta& x, const context_delta& y) {
   return x.sender == y.sender && x.epoch == y.epoch && x.seq == y.seq
-         && x.sender_roles == y.sender_roles && x.env_step == y.env_step
-         && x.env_episode == y.env_episode && x.train_iter == y.train_iter
-         && x.trajectories == y.trajectories && x.episodes == y.episodes
-         && x.trajectory_end_idx == y.trajectory_end_idx
-         && x.has_trajectory_end_idx == y.has_trajectory_end_idx
-         && x.model_version == y.model_version;
+    && x.sender_roles == y.sender_roles && x.env_step == y.env_step
+    && x.env_episode == y.env_episode && x.train_iter == y.train_iter
+    && x.trajectories == y.trajectories && x.episodes == y.episodes
+    && x.trajectory_end_idx == y.trajectory_end_idx
+    && x.has_trajectory_end_idx == y.has_trajectory_end_idx
+    && x.model_version == y.model_version;
 }
 
 bool empty(const context_delta& x) {
   return !x.env_step && !x.env_episode && !x.train_iter
-         && x.trajectories.empty() && x.episodes.empty()
-         && !x.has_trajectory_end_idx;
+    && x.trajectories.empty() && x.episodes.empty()
+    && !x.has_trajectory_end_idx;
 }
 
 } // namespace dice

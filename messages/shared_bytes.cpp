@@ -97,7 +97,7 @@ std::shared_ptr<std::uint8_t> allocate_huge(std::size_t n) {
 
 struct aligned_delete {
   void operator()(std::uint8_t* p) const noexcept {
-    ::operator delete(p, std::align_val_t{64});
+    ::operator delete (p, std::align_val_t{64});
   }
 };
 
@@ -110,7 +110,7 @@ writable_bytes::writable_bytes(std::size_t n) : size_(n) {
     ptr_ = allocate_huge(n);
     return;
   }
-  auto p = static_cast<std::uint8_t*>(::operator new(n, std::align_val_t{64}));
+  auto p = static_cast<std::uint8_t*>(::operator new (n, std::align_val_t{64}));
   ptr_ = std::shared_ptr<std::uint8_t>{p, aligned_delete{}};
 }
 

@@ -13,11 +13,11 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdlib>
-#include <mutex>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <mutex>
 #include <random>
 
 namespace dice {
@@ -210,8 +210,7 @@ bool recycle_shm(const storage_ref& ref) {
   std::lock_guard<std::mutex> guard{pool.mtx};
   // Only plain names ("/dice...", no further '/') that this process made.
   if (pool.closed || ref.path.find(own_tag()) == std::string::npos
-      || ref.path.find('/', 1) != std::string::npos
-      || ref.size > shm_pool_cap)
+      || ref.path.find('/', 1) != std::string::npos || ref.size > shm_pool_cap)
     return false;
   while (!pool.free.empty()
          && (pool.bytes + ref.size > shm_pool_cap
@@ -233,9 +232,8 @@ caf::expected<storage_ref> store_shm(const storage_options& opts,
                                      std::size_t total) {
   auto name = "/" + unique_name(opts, "");
   int fd = reuse_shm(name, total)
-             ? ::shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0600)
-             : ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC,
-                          0600);
+    ? ::shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0600)
+    : ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
   if (fd < 0)
     return make_error(errc::storage_failed, sys_error("shm_open " + name));
   auto fail = [&](const std::string& what) {
@@ -505,9 +503,8 @@ caf::expected<model_snapshot> load_snapshot(const storage_ref& ref) {
     return make_error(errc::malformed_input,
                       ref.path + ": checksum mismatch (changed or corrupt)");
   model_snapshot result;
-  caf::binary_deserializer src{nullptr,
-                               reinterpret_cast<const char*>(meta.data()),
-                               meta.size()};
+  caf::binary_deserializer src{
+    nullptr, reinterpret_cast<const char*>(meta.data()), meta.size()};
   if (auto err = src(result))
     return bad(ref, "bad header: " + caf::to_string(err));
   // A fresh buffer: what a callback gets is never overwritten later.

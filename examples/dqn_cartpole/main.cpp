@@ -16,6 +16,8 @@
 // OUT/metrics-ID.jsonl and OUT/summary-ID.json instead of the first and
 // third (the learner writes latest.pt, the evaluator best.pt and the plot).
 
+#include "dice/main.hpp"
+
 #include "dice/actors/node.hpp"
 #include "dice/errc.hpp"
 #include "dice/log.hpp"
@@ -23,7 +25,6 @@
 
 #include "caf/actor_system.hpp"
 #include "caf/actor_system_config.hpp"
-#include "dice/main.hpp"
 
 #include "options.hpp"
 

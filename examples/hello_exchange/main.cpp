@@ -10,6 +10,8 @@
 // others collectors. Each role actor prints one JSON line with its final
 // counters.
 
+#include "dice/main.hpp"
+
 #include "dice/actors/context_exchanger.hpp"
 #include "dice/actors/learner_hello.hpp"
 #include "dice/actors/local_cluster.hpp"
@@ -22,7 +24,6 @@
 
 #include "caf/actor_system.hpp"
 #include "caf/actor_system_config.hpp"
-#include "dice/main.hpp"
 
 #include <boost/serialization/vector.hpp>
 #include <torch/torch.h>

@@ -1,13 +1,13 @@
 #pragma once
 
+#include "dice/messages/payload.hpp"
+
 #include <any>
 #include <cstdint>
 #include <limits>
 #include <map>
 #include <string>
 #include <vector>
-
-#include "dice/messages/payload.hpp"
 
 namespace dice {
 

@@ -1,10 +1,10 @@
 #pragma once
 
-#include <cstdint>
-#include <string>
-
 #include "caf/error.hpp"
 #include "caf/make_message.hpp"
+
+#include <cstdint>
+#include <string>
 
 namespace dice {
 

@@ -6,10 +6,6 @@
 // test coordinator before the actor system starts (dice::run_local then
 // drives it), so a seeded embedded run is reproducible.
 
-#include <cstdlib>
-#include <iostream>
-#include <type_traits>
-
 #include "dice/actors/node.hpp"
 
 #include "caf/actor_system.hpp"
@@ -17,6 +13,10 @@
 #include "caf/atom.hpp"
 #include "caf/config_value.hpp"
 #include "caf/settings.hpp"
+
+#include <cstdlib>
+#include <iostream>
+#include <type_traits>
 
 namespace dice {
 

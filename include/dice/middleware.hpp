@@ -1,11 +1,5 @@
 #pragma once
 
-#include <cstdint>
-#include <functional>
-#include <optional>
-#include <string>
-#include <vector>
-
 #include "dice/context.hpp"
 #include "dice/messages/finish.hpp"
 #include "dice/node_report.hpp"
@@ -15,8 +9,14 @@
 #include "caf/actor_clock.hpp"
 #include "caf/fwd.hpp"
 #include "caf/message.hpp"
-#include "caf/type_erased_tuple.hpp"
 #include "caf/timespan.hpp"
+#include "caf/type_erased_tuple.hpp"
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
 
 namespace dice {
 
@@ -53,7 +53,7 @@ struct wait_for {
 
 /// What a role actor offers to the middleware it runs.
 class node_services {
-public:
+ public:
   virtual ~node_services();
 
   /// This node's id.
@@ -123,7 +123,7 @@ middleware void_middleware(std::string name = "void");
 
 /// An ordered list of middleware a role actor runs every iteration.
 class pipeline {
-public:
+ public:
   /// Appends a stage; returns *this for chaining.
   pipeline& use(middleware x) {
     stages_.push_back(std::move(x));
@@ -140,7 +140,7 @@ public:
     return stages_;
   }
 
-private:
+ private:
   std::vector<middleware> stages_;
 };
 

@@ -1,12 +1,12 @@
 #pragma once
 
-#include <cstdint>
-#include <memory>
-
 #include "dice/messages/model_snapshot.hpp"
 
 #include "caf/error.hpp"
 #include "caf/expected.hpp"
+
+#include <cstdint>
+#include <memory>
 
 namespace dice {
 
@@ -14,7 +14,7 @@ namespace dice {
 /// loaded. Keeps LibTorch out of the actors; `dice/torch/model.hpp` adapts a
 /// `torch::nn::Module`.
 class model_port {
-public:
+ public:
   virtual ~model_port();
 
   /// Takes a consistent snapshot of parameters and buffers (never torn by a

@@ -1,11 +1,11 @@
 #pragma once
 
-#include <cstdint>
-#include <string>
-
 #include "dice/role.hpp"
 
 #include "caf/meta/type_name.hpp"
+
+#include <cstdint>
+#include <string>
 
 namespace dice {
 

@@ -1,12 +1,12 @@
 #pragma once
 
+#include "caf/expected.hpp"
+#include "caf/meta/type_name.hpp"
+
 #include <array>
 #include <cstdint>
 #include <string>
 #include <string_view>
-
-#include "caf/expected.hpp"
-#include "caf/meta/type_name.hpp"
 
 namespace dice {
 
@@ -30,7 +30,7 @@ caf::expected<role> parse_role(std::string_view str);
 
 /// A set of roles; a node may hold several.
 class role_set {
-public:
+ public:
   constexpr role_set() noexcept = default;
 
   constexpr role_set(std::initializer_list<role> xs) noexcept {
@@ -82,7 +82,7 @@ public:
     return f(caf::meta::type_name("dice::role_set"), x.bits_);
   }
 
-private:
+ private:
   std::uint8_t bits_ = 0;
 };
 

@@ -1,11 +1,11 @@
 #include "dice/torch/model.hpp"
 
-#include <cstring>
-#include <map>
-
 #include "dice/errc.hpp"
 
 #include <torch/torch.h>
+
+#include <cstring>
+#include <map>
 
 namespace dice {
 
@@ -125,12 +125,12 @@ caf::error load_snapshot(torch::nn::Module& m, const model_snapshot& x) {
     auto& t = *i->second;
     if (to_torch(e.type) != t.scalar_type())
       return mismatch("tensor '" + e.name + "' is " + to_string(e.type)
-                      + " in the snapshot, "
-                      + c10::toString(t.scalar_type()) + " in the model");
+                      + " in the snapshot, " + c10::toString(t.scalar_type())
+                      + " in the model");
     if (c10::IntArrayRef{e.shape} != t.sizes())
-      return mismatch("tensor '" + e.name + "' has shape "
-                      + shape_str(e.shape) + " in the snapshot, "
-                      + shape_str(t.sizes()) + " in the model");
+      return mismatch("tensor '" + e.name + "' has shape " + shape_str(e.shape)
+                      + " in the snapshot, " + shape_str(t.sizes())
+                      + " in the model");
   }
   try {
     torch::NoGradGuard no_grad;
@@ -141,9 +141,8 @@ caf::error load_snapshot(torch::nn::Module& m, const model_snapshot& x) {
         if (e.nbytes > 0)
           std::memcpy(t.data_ptr(), src, e.nbytes);
       } else {
-        auto view = torch::from_blob(src, e.shape,
-                                     torch::TensorOptions().dtype(
-                                       to_torch(e.type)));
+        auto view = torch::from_blob(
+          src, e.shape, torch::TensorOptions().dtype(to_torch(e.type)));
         t.copy_(view);
       }
     }

@@ -2,14 +2,13 @@
 // coordinator: every wait is a delayed message on a fake clock.
 
 #include "dice/actors/context_exchanger.hpp"
-
-#include <chrono>
-#include <map>
-
 #include "dice/messages/context_delta.hpp"
 
 #include "support/deterministic.hpp"
 #include "support/probes.hpp"
+
+#include <chrono>
+#include <map>
 
 using namespace std::chrono_literals;
 using namespace dice;
@@ -24,7 +23,7 @@ log_ptr make_log() {
 }
 
 class ContextExchangerTest : public dice::test::deterministic {
-protected:
+ protected:
   pipeline collector_pipe(std::uint32_t node, std::int64_t items,
                           std::vector<std::int64_t> ends, log_ptr log,
                           context_exchanger_options opts = {}) {
@@ -46,7 +45,8 @@ protected:
 
 // Spec §1.1 "lockstep timeline": the learner's env_step is the sum of the
 // collectors' increments it merged; collectors take the learner's train_iter.
-TEST_F(ContextExchangerTest, LockstepLearnerSumsIncrementsCollectorsSeeTrainIter) {
+TEST_F(ContextExchangerTest,
+       LockstepLearnerSumsIncrementsCollectorsSeeTrainIter) {
   auto bus = spawn_bus();
   auto llog = make_log(), c2log = make_log(), c3log = make_log();
   auto learner = spawn_role(bus, 0, {role::learner}, learner_pipe(llog), 6);
@@ -100,13 +100,16 @@ TEST_F(ContextExchangerTest, TrajectoryEndIdxIsOffsetAcrossCollectors) {
   middleware busy;
   busy.name = "busy";
   busy.before = [](context&) -> step {
-    return wait_for{[] { return false; }, 1s,
-                [](context&, wait_outcome) -> step { return proceed; }};
+    return wait_for{[] {
+                      return false;
+                    },
+                    1s,
+                    [](context&, wait_outcome) -> step {
+                      return proceed;
+                    }};
   };
   pipeline p;
-  p.use(std::move(busy))
-    .use(context_exchanger())
-    .use(dice::test::probe(llog));
+  p.use(std::move(busy)).use(context_exchanger()).use(dice::test::probe(llog));
   auto learner = spawn_role(bus, 0, {role::learner}, std::move(p), 1);
   start({learner});
   context_delta a;
@@ -168,16 +171,15 @@ TEST_F(ContextExchangerTest, SkipNIterDelaysTheFirstWait) {
 TEST_F(ContextExchangerTest, CollectorTimeoutWarnsWithNodeIdAndGoesOn) {
   auto bus = spawn_bus();
   auto log = make_log();
-  auto c = spawn_role(bus, 7, {role::collector},
-                      collector_pipe(7, 1, {0}, log), 3);
+  auto c = spawn_role(bus, 7, {role::collector}, collector_pipe(7, 1, {0}, log),
+                      3);
   start({c});
   EXPECT_EQ(log->size(), 1u);
   advance(59s);
   EXPECT_EQ(logs.count("Timeout when waiting for new context!"), 0u);
   EXPECT_EQ(log->size(), 1u);
   advance(1s);
-  EXPECT_EQ(logs.count("Timeout when waiting for new context! Node id: 7"),
-            1u);
+  EXPECT_EQ(logs.count("Timeout when waiting for new context! Node id: 7"), 1u);
   EXPECT_EQ(log->size(), 2u);
   EXPECT_EQ(state_of(c).rep.timeouts, 1);
   advance(60s);
@@ -197,8 +199,7 @@ TEST_F(ContextExchangerTest, LearnerWaitHasADeadline) {
   start({l});
   EXPECT_EQ(log->size(), 0u);
   advance(5s);
-  EXPECT_EQ(logs.count("Timeout when waiting for new context! Node id: 0"),
-            1u);
+  EXPECT_EQ(logs.count("Timeout when waiting for new context! Node id: 0"), 1u);
   EXPECT_EQ(log->size(), 1u);
 }
 
@@ -281,8 +282,8 @@ TEST_F(ContextExchangerTest, RoleWarnings) {
   auto a = spawn_role(bus, 4, role_set{}, std::move(none), 2);
   pipeline both;
   both.use(context_exchanger());
-  auto b = spawn_role(bus, 5, {role::learner, role::collector},
-                      std::move(both), 1);
+  auto b = spawn_role(bus, 5, {role::learner, role::collector}, std::move(both),
+                      1);
   start({a, b});
   EXPECT_EQ(logs.count("The task does not have any roles defined, the "
                        "ContextExchanger will not work."),

@@ -3,15 +3,13 @@
 
 #include "dice/actors/model_exchanger.hpp"
 #include "dice/actors/periodical_model_exchanger.hpp"
-
-#include <chrono>
-
 #include "dice/torch/model.hpp"
 
 #include "support/deterministic.hpp"
 #include "support/probes.hpp"
-
 #include <torch/torch.h>
+
+#include <chrono>
 
 using namespace std::chrono_literals;
 using namespace dice;
@@ -42,7 +40,7 @@ model_snapshot snapshot_of(const std::shared_ptr<torch::nn::LinearImpl>& net,
 }
 
 class ModelExchangerTest : public dice::test::deterministic {
-protected:
+ protected:
   log_ptr log = std::make_shared<std::vector<seen>>();
   std::shared_ptr<torch::nn::LinearImpl> net = make_net(1);
 
@@ -55,8 +53,13 @@ protected:
       middleware m;
       m.name = "busy";
       m.before = [](context&) -> step {
-        return wait_for{[] { return false; }, 1s,
-                        [](context&, wait_outcome) -> step { return proceed; }};
+        return wait_for{[] {
+                          return false;
+                        },
+                        1s,
+                        [](context&, wait_outcome) -> step {
+                          return proceed;
+                        }};
       };
       p.use(std::move(m));
     }
@@ -114,14 +117,12 @@ TEST_F(ModelExchangerTest, NonNewerSnapshotIsDroppedWithoutSpinning) {
   ASSERT_EQ(log->size(), 2u);
   auto loaded = predict(net).clone();
   // Same version again, then an older one: both dropped.
-  caf::anon_send(bus, publish_atom::value, std::string{model_topic},
-                 std::uint32_t{0},
-                 caf::make_message(std::string{model_topic},
-                                   snapshot_of(make_net(6), 3)));
-  caf::anon_send(bus, publish_atom::value, std::string{model_topic},
-                 std::uint32_t{0},
-                 caf::make_message(std::string{model_topic},
-                                   snapshot_of(make_net(7), 2)));
+  caf::anon_send(
+    bus, publish_atom::value, std::string{model_topic}, std::uint32_t{0},
+    caf::make_message(std::string{model_topic}, snapshot_of(make_net(6), 3)));
+  caf::anon_send(
+    bus, publish_atom::value, std::string{model_topic}, std::uint32_t{0},
+    caf::make_message(std::string{model_topic}, snapshot_of(make_net(7), 2)));
   auto jobs = run();
   EXPECT_LE(jobs, 4u) << "the receiver must not spin";
   EXPECT_EQ(log->size(), 2u);
@@ -151,8 +152,7 @@ TEST_F(ModelExchangerTest, MismatchedSnapshotLeavesTheModelUntouched) {
   EXPECT_EQ(log->size(), 1u);
   EXPECT_TRUE(state_of(c).pending.has_value());
   EXPECT_TRUE(torch::equal(predict(net), before));
-  EXPECT_EQ(logs.count("cannot load model v1 from node 0: model_mismatch"),
-            1u);
+  EXPECT_EQ(logs.count("cannot load model v1 from node 0: model_mismatch"), 1u);
   publish(bus, model_topic, 0, snapshot_of(make_net(4), 2));
   EXPECT_EQ(log->size(), 2u);
 }
@@ -181,8 +181,8 @@ TEST_F(ModelExchangerTest, PeriodicalWorkedExample) {
   periodical_model_exchanger_options opts;
   opts.mode = exchange_mode::receive;
   opts.stale_toleration = 3;
-  auto c = spawn_receiver(bus, periodical_model_exchanger(model_port_of(net),
-                                                          opts));
+  auto c = spawn_receiver(bus,
+                          periodical_model_exchanger(model_port_of(net), opts));
   start({c});
   auto& st = state_of(c);
   EXPECT_EQ(log->size(), 1u); // t0 never waits
@@ -212,8 +212,8 @@ TEST_F(ModelExchangerTest, PeriodicalSenderSendsEveryPeriod) {
   periodical_model_exchanger_options ropts;
   ropts.mode = exchange_mode::receive;
   ropts.stale_toleration = 100;
-  auto c = spawn_receiver(bus, periodical_model_exchanger(model_port_of(net),
-                                                          ropts));
+  auto c = spawn_receiver(
+    bus, periodical_model_exchanger(model_port_of(net), ropts));
   periodical_model_exchanger_options sopts;
   sopts.mode = exchange_mode::send;
   sopts.period = 3;
@@ -232,8 +232,8 @@ TEST_F(ModelExchangerTest, PeriodicalReceiverFiltersByItsPeriod) {
   periodical_model_exchanger_options opts;
   opts.mode = exchange_mode::receive;
   opts.period = 2;
-  auto c = spawn_receiver(bus, periodical_model_exchanger(model_port_of(net),
-                                                          opts));
+  auto c = spawn_receiver(bus,
+                          periodical_model_exchanger(model_port_of(net), opts));
   start({c});
   publish(bus, "model_exchanger", 0, snapshot_of(make_net(40), 3));
   EXPECT_EQ(log->size(), 1u);

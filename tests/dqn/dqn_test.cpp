@@ -19,7 +19,6 @@
 #include "cartpole.hpp"
 #include "dqn.hpp"
 
-
 using namespace dqn;
 
 namespace {

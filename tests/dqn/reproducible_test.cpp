@@ -1,23 +1,23 @@
 // Seeded and single-threaded (--dice.deterministic), the in-process DQN run
 // is reproducible: two runs evaluate the same returns at the same steps.
 
-#include <cstdio>
-#include <filesystem>
-#include <string>
-
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <string>
 
 namespace {
 
 // Runs dqn_cartpole with a deadline and returns its "eval at ..." lines.
 std::string eval_lines(const std::string& out_dir, int& exit_code) {
   auto cmd = std::string{"timeout 120 "} + DICE_BINARY_DIR
-             + "/bin/dqn_cartpole --dice.deterministic --seed=2"
-               " --max-env-steps=5000 --eval-every=200 --quiet --no-plot"
-               " --out="
-             + out_dir + " 2>&1";
+    + "/bin/dqn_cartpole --dice.deterministic --seed=2"
+      " --max-env-steps=5000 --eval-every=200 --quiet --no-plot"
+      " --out="
+    + out_dir + " 2>&1";
   auto pipe = popen(cmd.c_str(), "r");
   std::string lines;
   char buf[4096];
@@ -35,7 +35,7 @@ std::string eval_lines(const std::string& out_dir, int& exit_code) {
 TEST(Reproducible, TwoSeededDeterministicRunsEvaluateTheSame) {
   namespace fs = std::filesystem;
   auto dir = fs::temp_directory_path()
-             / ("dice-repro-" + std::to_string(::getpid()));
+    / ("dice-repro-" + std::to_string(::getpid()));
   int rc1 = -1;
   int rc2 = -1;
   auto first = eval_lines((dir / "a").string(), rc1);

@@ -1,14 +1,14 @@
 // Runs the hello_exchange example as a user would and checks the JSON line
 // each role actor prints at the end.
 
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <sys/wait.h>
+
 #include <cstdio>
 #include <map>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
-#include <sys/wait.h>
 
 namespace {
 
@@ -21,7 +21,7 @@ struct run_result {
 run_result run_example(const std::string& args) {
   run_result result;
   auto cmd = std::string{"timeout 120 "} + DICE_BINARY_DIR
-             + "/bin/hello_exchange " + args + " 2>/dev/null";
+    + "/bin/hello_exchange " + args + " 2>/dev/null";
   auto pipe = popen(cmd.c_str(), "r");
   if (pipe == nullptr)
     return result;

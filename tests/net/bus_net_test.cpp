@@ -350,8 +350,7 @@ TEST_F(BusNet, ExitFromARemoteActorIsIgnored) {
   exec_all();
   EXPECT_EQ(bus_of(a).peers.size(), 1u);
   EXPECT_EQ(bus_of(b).peers.size(), 1u);
-  EXPECT_EQ(dice::counter(dice::trust_event::remote_exit_ignored),
-            ignored + 1);
+  EXPECT_EQ(dice::counter(dice::trust_event::remote_exit_ignored), ignored + 1);
 }
 
 // -- cluster secret and strangers (issue 6) -----------------------------------
@@ -430,12 +429,13 @@ TEST_F(BusNet, AStrangerWithoutHandshakeIsIgnored) {
   // A raw CAF connection to the published bus, no dice handshake.
   auto srv = caf::io::connection_handle::from_int(++hdl_);
   auto cli = caf::io::connection_handle::from_int(++hdl_);
-  planets[0]->mpx.prepare_connection(accept_hdl(0, 8080), srv,
-                                     planets[1]->mpx, "a", 8080, cli);
+  planets[0]->mpx.prepare_connection(accept_hdl(0, 8080), srv, planets[1]->mpx,
+                                     "a", 8080, cli);
   planets[1]->sys.spawn([=](caf::event_based_actor* self) {
     auto mm = self->system().middleman().actor_handle();
-    self->request(mm, 1s, caf::connect_atom::value, std::string{"a"},
-                  std::uint16_t{8080})
+    self
+      ->request(mm, 1s, caf::connect_atom::value, std::string{"a"},
+                std::uint16_t{8080})
       .then([=](const caf::node_id&, caf::strong_actor_ptr& ptr,
                 const std::set<std::string>&) {
         auto bus = caf::actor_cast<caf::actor>(ptr);

@@ -12,11 +12,11 @@ test_config::test_config() {
 }
 
 log_capture::log_capture() {
-  prev_ = log::set_sink([this](log::level lvl, std::uint32_t,
-                               const std::string& msg) {
-    if (lvl >= log::level::warning)
-      lines.push_back(std::string{log::to_string(lvl)} + ": " + msg);
-  });
+  prev_ = log::set_sink(
+    [this](log::level lvl, std::uint32_t, const std::string& msg) {
+      if (lvl >= log::level::warning)
+        lines.push_back(std::string{log::to_string(lvl)} + ": " + msg);
+    });
 }
 
 log_capture::~log_capture() {
@@ -93,8 +93,14 @@ std::map<std::uint32_t, node_report> deterministic::reports() {
   std::map<std::uint32_t, node_report> result;
   bool more = true;
   while (more)
-    sink->receive([&](const node_report& x) { result[x.node] = x; },
-                  caf::after(std::chrono::seconds{0}) >> [&] { more = false; });
+    sink->receive(
+      [&](const node_report& x) {
+        result[x.node] = x;
+      },
+      caf::after(std::chrono::seconds{0}) >>
+        [&] {
+          more = false;
+        });
   return result;
 }
 

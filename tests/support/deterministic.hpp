@@ -5,10 +5,6 @@
 // without waiting. (CAF's own caf/test/dsl.hpp does not work under
 // GoogleTest.)
 
-#include <map>
-#include <string>
-#include <vector>
-
 #include "dice/actors/bus.hpp"
 #include "dice/actors/role_actor.hpp"
 #include "dice/log.hpp"
@@ -22,6 +18,10 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+#include <string>
+#include <vector>
+
 namespace dice::test {
 
 /// Actor system config for deterministic tests.
@@ -31,7 +31,7 @@ struct test_config : caf::actor_system_config {
 
 /// Collects dice's log lines while a test runs.
 class log_capture {
-public:
+ public:
   log_capture();
   ~log_capture();
 
@@ -41,13 +41,13 @@ public:
   /// Number of lines containing `needle`.
   std::size_t count(const std::string& needle) const;
 
-private:
+ private:
   log::sink prev_;
 };
 
 /// Fixture: one actor system on the test coordinator.
 class deterministic : public ::testing::Test {
-protected:
+ protected:
   deterministic();
   ~deterministic() override;
 
@@ -61,8 +61,9 @@ protected:
   bus_actor spawn_bus();
 
   /// Spawns a role actor on `bus` (stopped when the test ends).
-  role_actor spawn_role(const bus_actor& bus, std::uint32_t node, role_set roles,
-                        pipeline pipe, std::int64_t max_step = 0);
+  role_actor spawn_role(const bus_actor& bus, std::uint32_t node,
+                        role_set roles, pipeline pipe,
+                        std::int64_t max_step = 0);
 
   /// The state of a role actor (tests only read it).
   role_state& state_of(const role_actor& x);

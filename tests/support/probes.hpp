@@ -3,15 +3,15 @@
 // Middleware used by the exchanger tests: real pipeline stages that act like
 // a tiny collector / learner and record what each iteration saw.
 
+#include "dice/context.hpp"
+#include "dice/messages/payload.hpp"
+#include "dice/middleware.hpp"
+
+#include <boost/serialization/vector.hpp>
+
 #include <cstdint>
 #include <memory>
 #include <vector>
-
-#include "dice/context.hpp"
-#include "dice/middleware.hpp"
-#include "dice/messages/payload.hpp"
-
-#include <boost/serialization/vector.hpp>
 
 namespace dice::test {
 
@@ -43,7 +43,7 @@ inline middleware probe(std::shared_ptr<std::vector<seen>> log) {
 /// node * 1000 + running index), env_step += items, env_episode += 1,
 /// trajectory ends at the given positions.
 inline middleware collect_integers(std::uint32_t node, std::int64_t items,
-                               std::vector<std::int64_t> ends) {
+                                   std::vector<std::int64_t> ends) {
   auto next = std::make_shared<std::int64_t>(0);
   middleware m;
   m.name = "collect";

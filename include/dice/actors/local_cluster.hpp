@@ -1,9 +1,5 @@
 #pragma once
 
-#include <chrono>
-#include <cstdint>
-#include <vector>
-
 #include "dice/actors/role_actor.hpp"
 #include "dice/middleware.hpp"
 #include "dice/node_report.hpp"
@@ -12,6 +8,10 @@
 #include "caf/actor_system.hpp"
 #include "caf/expected.hpp"
 #include "caf/timespan.hpp"
+
+#include <chrono>
+#include <cstdint>
+#include <vector>
 
 namespace dice {
 
@@ -41,8 +41,8 @@ struct local_run_options {
 /// Runs every node as a role actor in `sys` on one bus: joins them all
 /// before any starts (no early message is lost), waits for all to stop,
 /// and returns their reports in node order. The embedded default of dice.
-caf::expected<std::vector<node_report>>
-run_local(caf::actor_system& sys, std::vector<local_node> nodes,
-          local_run_options opts = {});
+caf::expected<std::vector<node_report>> run_local(caf::actor_system& sys,
+                                                  std::vector<local_node> nodes,
+                                                  local_run_options opts = {});
 
 } // namespace dice

@@ -1,12 +1,12 @@
 #pragma once
 
-#include <chrono>
-
 #include "dice/actors/model_loader.hpp"
 #include "dice/middleware.hpp"
 #include "dice/model.hpp"
 
 #include "caf/timespan.hpp"
+
+#include <chrono>
 
 namespace dice {
 

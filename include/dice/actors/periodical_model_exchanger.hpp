@@ -1,16 +1,16 @@
 #pragma once
 
-#include <chrono>
-#include <cstdint>
-#include <string>
-#include <string_view>
-
 #include "dice/actors/model_loader.hpp"
 #include "dice/middleware.hpp"
 #include "dice/model.hpp"
 
 #include "caf/expected.hpp"
 #include "caf/timespan.hpp"
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <string_view>
 
 namespace dice {
 

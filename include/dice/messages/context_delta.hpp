@@ -1,13 +1,13 @@
 #pragma once
 
-#include <cstdint>
-#include <vector>
-
 #include "dice/messages/payload.hpp"
 #include "dice/role.hpp"
 
 #include "caf/meta/type_name.hpp"
 #include "caf/optional.hpp"
+
+#include <cstdint>
+#include <vector>
 
 namespace dice {
 

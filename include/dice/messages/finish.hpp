@@ -1,9 +1,9 @@
 #pragma once
 
+#include "caf/meta/type_name.hpp"
+
 #include <cstdint>
 #include <string>
-
-#include "caf/meta/type_name.hpp"
 
 namespace dice {
 
@@ -23,8 +23,7 @@ bool operator==(const finish& x, const finish& y);
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, finish& x) {
-  return f(caf::meta::type_name("dice::finish"), x.sender, x.reason,
-           x.failed);
+  return f(caf::meta::type_name("dice::finish"), x.sender, x.reason, x.failed);
 }
 
 } // namespace dice

@@ -1,13 +1,13 @@
 #pragma once
 
-#include <cstdint>
-#include <string>
-#include <vector>
-
 #include "dice/messages/shared_bytes.hpp"
 
 #include "caf/error.hpp"
 #include "caf/meta/type_name.hpp"
+
+#include <cstdint>
+#include <string>
+#include <vector>
 
 namespace dice {
 
@@ -51,8 +51,8 @@ bool operator==(const tensor_entry& x, const tensor_entry& y);
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, tensor_entry& x) {
-  return f(caf::meta::type_name("dice::tensor_entry"), x.name, x.type,
-           x.shape, x.offset, x.nbytes);
+  return f(caf::meta::type_name("dice::tensor_entry"), x.name, x.type, x.shape,
+           x.offset, x.nbytes);
 }
 
 /// A model's state_dict (parameters and buffers) as ONE flat immutable byte
@@ -90,7 +90,7 @@ caf::error validate(const model_snapshot& x);
 /// Builds a snapshot index + buffer from raw tensors (used by the LibTorch
 /// codec and by tests); tensors are laid out back to back, 64-byte aligned.
 class snapshot_builder {
-public:
+ public:
   /// Reserves room for `total_bytes` of tensor data (sum of `padded()`).
   explicit snapshot_builder(std::size_t total_bytes = 0);
 
@@ -107,7 +107,7 @@ public:
   model_snapshot build(std::uint32_t sender, std::uint64_t epoch,
                        std::int64_t version, std::int64_t send_time_ns);
 
-private:
+ private:
   std::vector<tensor_entry> index_;
   std::vector<std::uint8_t> buf_;
 };

@@ -1,10 +1,5 @@
 #pragma once
 
-#include <cstdint>
-#include <exception>
-#include <string>
-#include <vector>
-
 #include "dice/errc.hpp"
 #include "dice/messages/bounded_archive.hpp"
 #include "dice/messages/shared_bytes.hpp"
@@ -17,6 +12,11 @@
 #include <boost/iostreams/device/array.hpp>
 #include <boost/iostreams/stream.hpp>
 #include <boost/serialization/vector.hpp>
+
+#include <cstdint>
+#include <exception>
+#include <string>
+#include <vector>
 
 namespace dice {
 

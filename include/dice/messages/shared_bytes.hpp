@@ -1,17 +1,17 @@
 #pragma once
 
+#include "caf/binary_deserializer.hpp"
+#include "caf/data_processor.hpp"
+#include "caf/deserializer.hpp"
+#include "caf/error.hpp"
+#include "caf/sec.hpp"
+#include "caf/serializer.hpp"
+
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <type_traits>
 #include <vector>
-
-#include "caf/binary_deserializer.hpp"
-#include "caf/data_processor.hpp"
-#include "caf/deserializer.hpp"
-#include "caf/error.hpp"
-#include "caf/serializer.hpp"
-#include "caf/sec.hpp"
 
 namespace dice {
 
@@ -25,7 +25,7 @@ constexpr std::uint64_t max_wire_bytes = std::uint64_t{2} << 30;
 /// instead of 512; fresh 100 MB buffers were mostly page faults). Freeze
 /// them into a `shared_bytes` once written.
 class writable_bytes {
-public:
+ public:
   /// An empty buffer.
   writable_bytes() = default;
 
@@ -72,7 +72,7 @@ public:
     return size_ == 0;
   }
 
-private:
+ private:
   friend class shared_bytes;
   std::shared_ptr<std::uint8_t> ptr_;
   std::size_t size_ = 0;
@@ -82,7 +82,7 @@ private:
 /// snapshot sent to N local receivers exists once in memory; on the wire it
 /// is written with one memcpy, never element by element.
 class shared_bytes {
-public:
+ public:
   /// An empty buffer.
   shared_bytes() = default;
 
@@ -153,8 +153,7 @@ public:
     if (x.ptr_ == y.ptr_)
       return true;
     return x.size() == y.size()
-           && (x.size() == 0 || std::equal(x.data(), x.data() + x.size(),
-                                           y.data()));
+      && (x.size() == 0 || std::equal(x.data(), x.data() + x.size(), y.data()));
   }
 
   friend bool operator!=(const shared_bytes& x, const shared_bytes& y) {
@@ -206,7 +205,7 @@ public:
     return f(summary);
   }
 
-private:
+ private:
   std::shared_ptr<const std::uint8_t> ptr_;
   std::size_t size_ = 0;
 };

@@ -36,7 +36,7 @@ std::uint64_t copy_checksum64(void* dst, const void* src, std::size_t n,
 /// Streams bytes through checksum64 in pieces (their concatenation hashes
 /// as one call would), so a reader can hash each piece while it is in cache.
 class checksum64_stream {
-public:
+ public:
   /// Starts a checksum with `seed`.
   explicit checksum64_stream(std::uint64_t seed = 0) noexcept;
 
@@ -46,7 +46,7 @@ public:
   /// The checksum of everything added so far.
   std::uint64_t digest() const noexcept;
 
-private:
+ private:
   std::uint64_t v_[4];
   std::uint64_t seed_;
   std::uint64_t total_ = 0;

@@ -2,9 +2,6 @@
 
 // LibTorch side of dice: only programs that own torch models include this.
 
-#include <memory>
-#include <mutex>
-
 #include "dice/messages/model_snapshot.hpp"
 #include "dice/model.hpp"
 
@@ -12,6 +9,9 @@
 #include "caf/expected.hpp"
 
 #include <torch/nn/module.h>
+
+#include <memory>
+#include <mutex>
 
 namespace dice {
 
@@ -34,7 +34,7 @@ caf::error load_snapshot(torch::nn::Module& m, const model_snapshot& x);
 /// role actor (another thread) holds `lock()` during an optimizer step so
 /// that a snapshot is never torn.
 class torch_model : public model_port {
-public:
+ public:
   /// Wraps `module`.
   explicit torch_model(std::shared_ptr<torch::nn::Module> module);
 
@@ -52,7 +52,7 @@ public:
     return module_;
   }
 
-private:
+ private:
   std::shared_ptr<torch::nn::Module> module_;
   std::mutex mtx_;
 };

@@ -1,7 +1,7 @@
 // Runs a learner and a collector in one process with an installed dice and
 // prints the learner's env_step.
 
-#include <iostream>
+#include "dice/main.hpp"
 
 #include "dice/actors/context_exchanger.hpp"
 #include "dice/actors/local_cluster.hpp"
@@ -9,7 +9,8 @@
 
 #include "caf/actor_system.hpp"
 #include "caf/actor_system_config.hpp"
-#include "dice/main.hpp"
+
+#include <iostream>
 
 namespace {
 
