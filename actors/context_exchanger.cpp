@@ -84,13 +84,33 @@ struct exchanger_state {
            && (d.seq <= i->second.upto || i->second.above.count(d.seq) > 0);
   }
 
-  void mark_applied(const context_delta& d) {
+  // The first delta this node sees from a (sender, epoch) sets where its
+  // sequence starts here: a learner that restarted (or joined late) never
+  // gets what an earlier learner acked, so waiting for seq 1 would stall the
+  // sender's window for ever. What came before is not ours to count: said
+  // plainly in the log.
+  void note_contact(const context_delta& d) {
     if (d.seq == 0)
       return;
     auto key = sender_key{d.sender, d.epoch};
-    if (applied.count(key) == 0 && applied.size() >= 4096)
+    if (applied.count(key) > 0)
+      return;
+    if (applied.size() >= 4096)
       applied.erase(applied.begin());
-    auto& a = applied[key];
+    applied[key].upto = d.seq - 1;
+    if (d.seq > 1 && has(role::learner))
+      log::info(svc->node_id(),
+                "first delta from node " + std::to_string(d.sender)
+                  + " (epoch " + std::to_string(d.epoch) + ") is seq "
+                  + std::to_string(d.seq) + ": deltas 1.."
+                  + std::to_string(d.seq - 1)
+                  + " went to an earlier learner or were lost");
+  }
+
+  void mark_applied(const context_delta& d) {
+    if (d.seq == 0)
+      return;
+    auto& a = applied[sender_key{d.sender, d.epoch}];
     if (d.seq == a.upto + 1) {
       a.upto = d.seq;
       while (!a.above.empty() && *a.above.begin() == a.upto + 1) {
@@ -241,6 +261,7 @@ struct exchanger_state {
         send_ack({d.sender, d.epoch});
       return;
     }
+    note_contact(d);
     auto bytes = bytes_of(d);
     // While finishing, iterations are over and senders will not resend:
     // take what still arrives (their windows bound it).

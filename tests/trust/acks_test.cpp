@@ -159,6 +159,40 @@ TEST_F(AcksTest, ResendOfAnAppliedDeltaIsDroppedAndReacked) {
   EXPECT_EQ(reps[0].trajectories_received, 3);
 }
 
+// A restarted learner first hears from a collector at seq 41 (an earlier
+// learner acked 1..40): it applies and acks it instead of waiting for seq 1,
+// which would stall the collector's window for ever.
+TEST_F(AcksTest, NewLearnerAcksAStreamThatStartsPastOne) {
+  auto bus = spawn_bus();
+  auto lstats = make_stats();
+  context_exchanger_options lopts;
+  lopts.stats = lstats;
+  lopts.learner_timeout = 1s;
+  auto l = spawn_role(bus, 0, {role::learner}, learner_pipe(1s, lopts), 2);
+  start({l});
+  context_delta d;
+  d.sender = 2;
+  d.epoch = 9;
+  d.seq = 41;
+  d.sender_roles = {role::collector};
+  d.env_step = 2;
+  d.trajectories = {pack(std::vector<int>{1, 2}, 2)};
+  d.has_trajectory_end_idx = true;
+  auto topic = context_topic(role::collector);
+  publish(bus, topic, 2, d);
+  advance(1s);
+  EXPECT_EQ(lstats->acks_sent, 1u);
+  auto dropped = counter(trust_event::duplicate_dropped);
+  d.seq = 40; // acked by the earlier learner: not ours
+  publish(bus, topic, 2, d);
+  EXPECT_EQ(counter(trust_event::duplicate_dropped), dropped + 1);
+  for (int i = 0; i < 10 && stopped() < 1; ++i)
+    advance(1s);
+  stopped();
+  ASSERT_EQ(got_.size(), 1u);
+  EXPECT_EQ(got_[0].trajectories_received, 2);
+}
+
 // Flood: three collectors that never wait for context against a learner
 // that takes 1 s per iteration. Windows hold each collector to 4 unacked
 // deltas and the learner's buffer to 3 x 4; nothing is lost or doubled.
