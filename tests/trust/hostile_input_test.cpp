@@ -77,7 +77,7 @@ caf::error rejected(const dice::payload& x) {
   return res.error();
 }
 
-TEST(hostile_payload, round_trip_still_works) {
+TEST(HostilePayload, RoundTripStillWorks) {
   std::vector<item> xs{{"a", {1, 2, 3}, true}, {"", {}, false}};
   auto p = dice::pack(xs);
   auto ys = dice::unpack<item>(p);
@@ -88,7 +88,7 @@ TEST(hostile_payload, round_trip_still_works) {
   EXPECT_TRUE((*ys)[0].done);
 }
 
-TEST(hostile_payload, huge_vector_count_is_refused_before_allocating) {
+TEST(HostilePayload, HugeVectorCountIsRefusedBeforeAllocating) {
   // vector<float>: [header][u64 count][floats]; count sits 8 bytes before
   // the 3 floats at the end.
   auto p = dice::pack(std::vector<float>{1, 2, 3});
@@ -104,7 +104,7 @@ TEST(hostile_payload, huge_vector_count_is_refused_before_allocating) {
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds{1});
 }
 
-TEST(hostile_payload, huge_string_length_is_refused) {
+TEST(HostilePayload, HugeStringLengthIsRefused) {
   auto p = dice::pack(std::vector<std::string>{"abc"});
   auto buf = bytes_of(p);
   put_u64(buf, buf.size() - 3 - 8, std::uint64_t{3} << 30);
@@ -114,7 +114,7 @@ TEST(hostile_payload, huge_string_length_is_refused) {
     << dice::render(err);
 }
 
-TEST(hostile_payload, bad_bool_is_refused) {
+TEST(HostilePayload, BadBoolIsRefused) {
   auto p = dice::pack(std::vector<item>{{"", {}, true}});
   auto buf = bytes_of(p);
   ASSERT_EQ(buf.back(), 1);
@@ -122,7 +122,7 @@ TEST(hostile_payload, bad_bool_is_refused) {
   EXPECT_TRUE(dice::is(rejected<item>(with(p, buf)), errc::malformed_input));
 }
 
-TEST(hostile_payload, every_truncation_is_refused) {
+TEST(HostilePayload, EveryTruncationIsRefused) {
   auto p = dice::pack(std::vector<item>{{"name", {1, 2}, true}, {"x", {3}, 0}});
   auto buf = bytes_of(p);
   for (std::size_t n = 1; n < buf.size(); ++n) {
@@ -132,7 +132,7 @@ TEST(hostile_payload, every_truncation_is_refused) {
   }
 }
 
-TEST(hostile_payload, claimed_count_beyond_the_bytes_is_refused) {
+TEST(HostilePayload, ClaimedCountBeyondTheBytesIsRefused) {
   auto p = dice::pack(std::vector<float>{1});
   p.count = 1'000'000'000;
   auto err = rejected<float>(p);
@@ -141,7 +141,7 @@ TEST(hostile_payload, claimed_count_beyond_the_bytes_is_refused) {
   EXPECT_TRUE(dice::is(rejected<float>(p), errc::malformed_input));
 }
 
-TEST(hostile_payload, mistyped_payload_is_refused) {
+TEST(HostilePayload, MistypedPayloadIsRefused) {
   // Floats read as items: the layout does not fit.
   auto p = dice::pack(std::vector<float>{1, 2, 3, 4, 5, 6});
   EXPECT_TRUE(dice::is(rejected<item>(p), errc::malformed_input));
@@ -149,7 +149,7 @@ TEST(hostile_payload, mistyped_payload_is_refused) {
 
 // -- CAF deserialization of dice messages ------------------------------------
 
-struct system_fixture : ::testing::Test {
+struct SystemFixture : ::testing::Test {
   struct config : caf::actor_system_config {
     config() {
       dice::add_message_types(*this);
@@ -185,7 +185,7 @@ dice::context_delta sample_delta() {
   return d;
 }
 
-TEST_F(system_fixture, truncated_messages_fail_cleanly) {
+TEST_F(SystemFixture, TruncatedMessagesFailCleanly) {
   auto buf = serialize(sample_delta());
   for (std::size_t n = 0; n < buf.size(); ++n) {
     std::vector<char> cut(buf.begin(), buf.begin() + n);
@@ -197,7 +197,7 @@ TEST_F(system_fixture, truncated_messages_fail_cleanly) {
   EXPECT_EQ(d, sample_delta());
 }
 
-TEST_F(system_fixture, oversize_byte_length_is_refused) {
+TEST_F(SystemFixture, OversizeByteLengthIsRefused) {
   auto buf = serialize(sample_delta());
   // Find the payload's byte-length varint ("12 bytes" of floats + header)
   // by corrupting every byte in turn: no corruption may crash or allocate
@@ -213,7 +213,7 @@ TEST_F(system_fixture, oversize_byte_length_is_refused) {
   EXPECT_GT(failures, 0u);
 }
 
-TEST_F(system_fixture, hostile_peer_hello_backlog_never_yields_a_forged_entry) {
+TEST_F(SystemFixture, HostilePeerHelloBacklogNeverYieldsAForgedEntry) {
   dice::peer_hello h;
   h.node = 4;
   h.topics = {"a", "b"};
@@ -246,7 +246,7 @@ TEST_F(system_fixture, hostile_peer_hello_backlog_never_yields_a_forged_entry) {
 
 // -- snapshots ----------------------------------------------------------------
 
-TEST(hostile_snapshot, inconsistent_index_is_refused_and_counted) {
+TEST(HostileSnapshot, InconsistentIndexIsRefusedAndCounted) {
   dice::snapshot_builder b;
   float w[4] = {1, 2, 3, 4};
   b.add("w", dice::dtype::float32, {2, 2}, w, sizeof(w));
@@ -271,7 +271,7 @@ TEST(hostile_snapshot, inconsistent_index_is_refused_and_counted) {
 // -- node options
 // ---------------------------------------------------------------
 
-TEST(hostile_config, bad_addresses_and_host_lists_are_refused) {
+TEST(HostileConfig, BadAddressesAndHostListsAreRefused) {
   for (auto str : {"", ":1", "h:", "h:0", "h:65536", "h:99999999999999999999",
                    "h:-1", "h:1x"})
     EXPECT_FALSE(dice::parse_endpoint(str)) << str;

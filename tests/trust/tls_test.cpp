@@ -26,7 +26,7 @@ using namespace std::chrono_literals;
 namespace fs = std::filesystem;
 
 /// Makes the certificates once for all tests (scripts/make-test-certs).
-class tls : public ::testing::Test {
+class Tls : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new fs::path(fs::temp_directory_path()
@@ -117,7 +117,7 @@ class tls : public ::testing::Test {
   static inline std::vector<std::unique_ptr<dice::node_system_config>> configs_;
 };
 
-TEST_F(tls, settings_are_checked_before_caf_sees_them) {
+TEST_F(Tls, SettingsAreCheckedBeforeCafSeesThem) {
   EXPECT_FALSE(dice::validate(good()));
   auto x = good();
   x.cafile.clear();
@@ -135,7 +135,7 @@ TEST_F(tls, settings_are_checked_before_caf_sees_them) {
     << dice::render(err);
 }
 
-TEST_F(tls, nodes_of_one_ca_connect) {
+TEST_F(Tls, NodesOfOneCaConnect) {
   server_ = make_system(good());
   auto port = start_server(*server_);
   ASSERT_NE(port, 0);
@@ -143,7 +143,7 @@ TEST_F(tls, nodes_of_one_ca_connect) {
   EXPECT_EQ(connect(*client, true, port, 5s), 1u);
 }
 
-TEST_F(tls, plain_tcp_and_foreign_certificates_get_nothing) {
+TEST_F(Tls, PlainTcpAndForeignCertificatesGetNothing) {
   server_ = make_system(good());
   auto port = start_server(*server_);
   ASSERT_NE(port, 0);
