@@ -15,6 +15,28 @@ namespace dice {
 
 namespace {
 
+// One role actor per node on `the_bus`, each waiting for start_atom and
+// reporting to `report_to`.
+std::vector<role_actor> spawn_nodes(caf::actor_system& sys,
+                                    const bus_actor& the_bus,
+                                    std::vector<local_node> nodes,
+                                    const local_run_options& opts,
+                                    const caf::actor& report_to) {
+  std::vector<role_actor> actors;
+  for (auto& n : nodes) {
+    role_config cfg;
+    cfg.node = n.id;
+    cfg.roles = n.roles;
+    cfg.max_step = n.max_step >= 0 ? n.max_step : opts.max_step;
+    cfg.bus = the_bus;
+    cfg.wait_for_start = true;
+    cfg.print_report = opts.print_reports;
+    cfg.report_to = report_to;
+    actors.push_back(sys.spawn(role_runner, std::move(cfg), std::move(n.pipe)));
+  }
+  return actors;
+}
+
 // With CAF's test coordinator (dice.deterministic) everything runs on this
 // thread in FIFO order and time only moves when every actor waits: run
 // jobs until none is left, then fire the next timeout, until every node
@@ -25,18 +47,8 @@ run_deterministic(caf::actor_system& sys,
                   std::vector<local_node> nodes, local_run_options opts) {
   caf::scoped_actor sink{sys, true};
   auto the_bus = sys.spawn(bus, bus_config{});
-  std::vector<role_actor> actors;
-  for (auto& n : nodes) {
-    role_config cfg;
-    cfg.node = n.id;
-    cfg.roles = n.roles;
-    cfg.max_step = n.max_step >= 0 ? n.max_step : opts.max_step;
-    cfg.bus = the_bus;
-    cfg.wait_for_start = true;
-    cfg.print_report = opts.print_reports;
-    cfg.report_to = caf::actor_cast<caf::actor>(sink);
-    actors.push_back(sys.spawn(role_runner, std::move(cfg), std::move(n.pipe)));
-  }
+  auto actors = spawn_nodes(sys, the_bus, std::move(nodes), opts,
+                            caf::actor_cast<caf::actor>(sink));
   sched.run(); // every node joins the bus before any starts
   for (auto& a : actors)
     caf::anon_send(a, start_atom::value);
@@ -89,18 +101,8 @@ caf::expected<std::vector<node_report>> run_local(caf::actor_system& sys,
     return run_deterministic(sys, *sched, std::move(nodes), std::move(opts));
   caf::scoped_actor self{sys};
   auto the_bus = sys.spawn(bus, bus_config{});
-  std::vector<role_actor> actors;
-  for (auto& n : nodes) {
-    role_config cfg;
-    cfg.node = n.id;
-    cfg.roles = n.roles;
-    cfg.max_step = n.max_step >= 0 ? n.max_step : opts.max_step;
-    cfg.bus = the_bus;
-    cfg.wait_for_start = true;
-    cfg.print_report = opts.print_reports;
-    cfg.report_to = caf::actor_cast<caf::actor>(self);
-    actors.push_back(sys.spawn(role_runner, std::move(cfg), std::move(n.pipe)));
-  }
+  auto actors = spawn_nodes(sys, the_bus, std::move(nodes), opts,
+                            caf::actor_cast<caf::actor>(self));
   auto stop_all = [&] {
     for (auto& a : actors)
       self->send_exit(a, caf::exit_reason::user_shutdown);
