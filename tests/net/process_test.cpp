@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include "support/child_process.hpp"
+
 namespace {
 
 using namespace std::chrono_literals;
@@ -26,136 +28,7 @@ using clock_type = std::chrono::steady_clock;
 const std::string bin_dir = std::string{DICE_BINARY_DIR} + "/bin/";
 
 /// A child process whose stdout and stderr (merged) the test reads.
-class process {
- public:
-  explicit process(std::vector<std::string> argv) {
-    int fds[2];
-    if (::pipe(fds) != 0)
-      return;
-    auto parent = ::getpid();
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (::getppid() != parent)
-        ::_exit(127);
-      ::dup2(fds[1], STDOUT_FILENO);
-      ::dup2(fds[1], STDERR_FILENO);
-      ::close(fds[0]);
-      ::close(fds[1]);
-      std::vector<char*> args;
-      for (auto& a : argv)
-        args.push_back(const_cast<char*>(a.c_str()));
-      args.push_back(nullptr);
-      ::execv(args[0], args.data());
-      ::_exit(127);
-    }
-    ::close(fds[1]);
-    fd_ = fds[0];
-  }
-
-  ~process() {
-    if (pid_ > 0 && !code_) {
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
-    }
-    if (fd_ >= 0)
-      ::close(fd_);
-  }
-
-  /// Reads output until `pattern` matches a line; false at the deadline.
-  bool wait_for(const std::regex& pattern, std::chrono::milliseconds timeout,
-                std::smatch* match = nullptr) {
-    auto deadline = clock_type::now() + timeout;
-    for (;;) {
-      // Look at complete lines not yet scanned.
-      while (scanned_ < lines_.size()) {
-        std::smatch m;
-        auto& line = lines_[scanned_++];
-        if (std::regex_search(line, m, pattern)) {
-          if (match)
-            *match = m;
-          return true;
-        }
-      }
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - clock_type::now());
-      if (left.count() <= 0 || !read_some(left))
-        return false;
-    }
-  }
-
-  /// Waits for the exit code; nullopt at the deadline.
-  std::optional<int> wait_exit(std::chrono::milliseconds timeout) {
-    auto deadline = clock_type::now() + timeout;
-    while (!code_) {
-      int status = 0;
-      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
-        code_ = WIFEXITED(status) ? WEXITSTATUS(status)
-                                  : 128 + WTERMSIG(status);
-        break;
-      }
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - clock_type::now());
-      if (left.count() <= 0)
-        return std::nullopt;
-      // Reading also keeps the pipe from filling up; an EOF means the
-      // child is about to be reaped, so poll it with a short wait.
-      if (!read_some(std::min(left, std::chrono::milliseconds{50})))
-        ::poll(nullptr, 0, 5);
-    }
-    while (read_some(0ms))
-      ; // collect the rest
-    return code_;
-  }
-
-  /// Kills the process with `sig`.
-  void kill(int sig) {
-    ::kill(pid_, sig);
-  }
-
-  /// Every line read so far.
-  const std::vector<std::string>& lines() const {
-    return lines_;
-  }
-
-  /// All output, for failure messages.
-  std::string text() const {
-    std::string result;
-    for (auto& l : lines_)
-      result += l + "\n";
-    return result;
-  }
-
- private:
-  bool read_some(std::chrono::milliseconds timeout) {
-    if (fd_ < 0)
-      return false;
-    pollfd p{fd_, POLLIN, 0};
-    if (::poll(&p, 1, static_cast<int>(timeout.count())) <= 0)
-      return false;
-    char buf[8192];
-    auto n = ::read(fd_, buf, sizeof(buf));
-    if (n <= 0) {
-      ::close(fd_);
-      fd_ = -1;
-      return false;
-    }
-    partial_.append(buf, static_cast<std::size_t>(n));
-    std::size_t pos;
-    while ((pos = partial_.find('\n')) != std::string::npos) {
-      lines_.push_back(partial_.substr(0, pos));
-      partial_.erase(0, pos + 1);
-    }
-    return true;
-  }
-
-  pid_t pid_ = -1;
-  int fd_ = -1;
-  std::string partial_;
-  std::vector<std::string> lines_;
-  std::size_t scanned_ = 0;
-  std::optional<int> code_;
-};
+using process = dice::test::child_process;
 
 /// A node's JSON report, as far as the tests need it.
 struct report {
@@ -169,15 +42,11 @@ struct report {
 };
 
 long field(const std::string& line, const std::string& name) {
-  std::smatch m;
-  std::regex re{"\"" + name + "\":(-?[0-9]+)"};
-  return std::regex_search(line, m, re) ? std::stol(m[1]) : -1;
+  return dice::test::json_int(line, name);
 }
 
 std::string text_field(const std::string& line, const std::string& name) {
-  std::smatch m;
-  std::regex re{"\"" + name + "\":\"([^\"]*)\""};
-  return std::regex_search(line, m, re) ? m[1].str() : "";
+  return dice::test::json_str(line, name);
 }
 
 std::vector<report> reports(const std::vector<std::string>& lines) {
