@@ -1,5 +1,7 @@
 #include "dice/actors/node.hpp"
 
+#include "dice/actors/gate.hpp"
+
 #include "dice/actors/context_exchanger.hpp"
 #include "dice/actors/model_exchanger.hpp"
 #include "dice/actors/role_actor.hpp"
@@ -396,9 +398,10 @@ caf::expected<node> node::start(caf::actor_system& sys, node_config cfg) {
   result.bus_ = sys.spawn(dice::bus, std::move(bc));
   if (c.distributed && c.listen) {
     auto host = c.host.empty() ? nullptr : c.host.c_str();
-    auto port = bc_tls
-      ? caf::openssl::publish(result.bus_, c.port, host, true)
-      : sys.middleman().publish(result.bus_, c.port, host, true);
+    // Peers reach the bus through a gate no remote exit can stop.
+    auto gate = spawn_gate(sys, result.bus_);
+    auto port = bc_tls ? caf::openssl::publish(gate, c.port, host, true)
+                       : sys.middleman().publish(gate, c.port, host, true);
     if (!port) {
       caf::anon_send_exit(result.bus_, caf::exit_reason::user_shutdown);
       return make_error(errc::unreachable,

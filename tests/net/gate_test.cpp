@@ -1,0 +1,63 @@
+// A node publishes a gate in front of its bus: a remote peer that sends it
+// exit messages — even exit_reason::kill, which no CAF handler can trap —
+// stops neither the gate nor the bus (real middleman, loopback, port 0).
+
+#include "dice/actors/gate.hpp"
+#include "dice/trust.hpp"
+#include "dice/type_ids.hpp"
+
+#include "caf/actor_system.hpp"
+#include "caf/actor_system_config.hpp"
+#include "caf/exit_reason.hpp"
+#include "caf/io/middleman.hpp"
+#include "caf/scoped_actor.hpp"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+
+namespace {
+
+using namespace std::chrono_literals;
+
+struct net_config : caf::actor_system_config {
+  net_config() {
+    load<caf::io::middleman>();
+    dice::add_message_types(*this);
+    set("logger.verbosity", caf::atom("quiet"));
+  }
+};
+
+TEST(Gate, RemoteExitsEvenKillStopNeitherGateNorBus) {
+  net_config server_cfg;
+  caf::actor_system server{server_cfg};
+  auto bus = server.spawn(dice::bus, dice::bus_config{});
+  auto gate = dice::spawn_gate(server, bus);
+  auto port = server.middleman().publish(gate, 0, "127.0.0.1", true);
+  ASSERT_TRUE(port) << caf::to_string(port.error());
+  net_config client_cfg;
+  caf::actor_system client{client_cfg};
+  auto proxy = client.middleman().remote_actor("127.0.0.1", *port);
+  ASSERT_TRUE(proxy) << caf::to_string(proxy.error());
+  auto before = dice::counter(dice::trust_event::remote_exit_ignored);
+  caf::scoped_actor self{client};
+  self->send_exit(*proxy, caf::exit_reason::kill);
+  self->send_exit(*proxy, caf::exit_reason::user_shutdown);
+  // Sent after the exits on the same connection: an answer proves that the
+  // gate and the bus behind it are still there.
+  bool answered = false;
+  self->request(*proxy, 10s, dice::peers_atom::value, std::uint32_t{0})
+    .receive(
+      [&](std::uint32_t n) {
+        answered = n == 0;
+      },
+      [&](caf::error& err) {
+        ADD_FAILURE() << "no answer after remote exits: "
+                      << caf::to_string(err);
+      });
+  EXPECT_TRUE(answered);
+  EXPECT_EQ(dice::counter(dice::trust_event::remote_exit_ignored), before + 2);
+  caf::anon_send_exit(bus, caf::exit_reason::user_shutdown);
+}
+
+} // namespace
