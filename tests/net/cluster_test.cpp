@@ -153,6 +153,13 @@ TEST(Reconnect, CollectorGetsTheRestartedLearnersModelFirst) {
   EXPECT_LT(
     std::chrono::duration<double>(clock_type::now() - restarted_at).count(),
     10.0);
+  // The restarted learner says plainly what it does not hold: the deltas
+  // the dead learner received are not in its counters.
+  EXPECT_TRUE(learner->wait_for(
+    std::regex{"first delta from node 1 \\(epoch [0-9]+\\) is seq [0-9]+: "
+               "deltas 1\\.\\.[0-9]+ went to an earlier learner or were lost"},
+    10s))
+    << learner->text();
   auto rc = learner->wait_exit(30s);
   ASSERT_TRUE(rc) << learner->text();
   EXPECT_EQ(*rc, 0) << learner->text();
