@@ -483,4 +483,36 @@ TEST_F(BusNet, UnknownTopicFromAPeerIsDroppedAndCounted) {
   EXPECT_EQ(dice::counter(dice::trust_event::unknown_topic), unknown + 100);
 }
 
+// Oversize input from a live, authenticated peer: a chunk that claims a
+// 1 TiB model is dropped before anything is allocated, counted, and the node
+// keeps serving that peer's ordinary messages.
+TEST_F(BusNet, OversizeSnapshotFromAPeerIsDroppedAndTheNodeGoesOn) {
+  auto a = spawn_bus(0, 0);
+  auto b = spawn_bus(1, 1);
+  auto ma = spawn_member(0, a, 0, {"model_exchanger", "t"});
+  publish(0, a, 8080);
+  attach(1, b, 0, "a", 8080);
+  ASSERT_EQ(bus_of(b).peers.size(), 1u);
+  auto proxy = bus_of(b).peers[0].handle;
+  planets[1]->sys.spawn([=](caf::event_based_actor* self) {
+    dice::snapshot_chunk c;
+    c.origin = 1;
+    c.transfer = 7;
+    c.topic = "model_exchanger";
+    c.sender = 1;
+    c.seq = 0;
+    c.count = 2;
+    c.total = std::uint64_t{1} << 40;
+    self->send(proxy, dice::forward_atom::value, c);
+    dice::context_delta d;
+    self->send(proxy, dice::forward_atom::value, std::string{"t"},
+               std::uint32_t{1}, caf::make_message(std::string{"t"}, d));
+  });
+  exec_all();
+  EXPECT_EQ(bus_of(a).chunks.dropped(), 1u);
+  EXPECT_EQ(bus_of(a).peers.size(), 1u) << "the node keeps its peer";
+  // The ordinary delta that followed still arrived.
+  EXPECT_EQ(member_of(ma).topics, std::vector<std::string>{"t"});
+}
+
 } // namespace
