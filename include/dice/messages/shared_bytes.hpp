@@ -78,6 +78,43 @@ class writable_bytes {
   std::size_t size_ = 0;
 };
 
+namespace detail {
+
+/// Writes a length and then the raw bytes (one memcpy, never per element).
+inline caf::error write_raw_bytes(caf::serializer& f, const std::uint8_t* data,
+                                  std::size_t n) {
+  if (auto err = f.begin_sequence(n))
+    return err;
+  if (n > 0)
+    if (auto err = f.apply_raw(n, const_cast<std::uint8_t*>(data)))
+      return err;
+  return f.end_sequence();
+}
+
+/// Reads what write_raw_bytes wrote into `out`. Refuses lengths above
+/// `max_wire_bytes`, and lengths beyond the bytes actually received (a
+/// truncated or hostile frame) before allocating anything for them (BASP
+/// decodes with a binary_deserializer, so the wire gets this check).
+inline caf::error read_raw_bytes(caf::deserializer& f, writable_bytes& out) {
+  std::size_t n = 0;
+  if (auto err = f.begin_sequence(n))
+    return err;
+  if (n > max_wire_bytes)
+    return caf::sec::invalid_argument;
+  if (auto bin = dynamic_cast<caf::binary_deserializer*>(&f))
+    if (n > bin->remaining())
+      return caf::sec::end_of_stream;
+  // Decoded straight into an uninitialized buffer: one copy, no zero-fill.
+  writable_bytes buf{n};
+  if (n > 0)
+    if (auto err = f.apply_raw(n, buf.data()))
+      return err;
+  out = std::move(buf);
+  return f.end_sequence();
+}
+
+} // namespace detail
+
 /// An immutable, reference-counted byte buffer. Copies share the bytes, so a
 /// snapshot sent to N local receivers exists once in memory; on the wire it
 /// is written with one memcpy, never element by element.
@@ -162,35 +199,16 @@ class shared_bytes {
 
   /// Writes length + raw bytes (one memcpy).
   friend caf::error inspect(caf::serializer& f, shared_bytes& x) {
-    auto n = x.size();
-    if (auto err = f.begin_sequence(n))
-      return err;
-    if (n > 0)
-      if (auto err = f.apply_raw(n, const_cast<std::uint8_t*>(x.data())))
-        return err;
-    return f.end_sequence();
+    return detail::write_raw_bytes(f, x.data(), x.size());
   }
 
-  /// Reads length + raw bytes; refuses lengths above `max_wire_bytes`.
+  /// Reads length + raw bytes; refuses oversize or truncated input.
   friend caf::error inspect(caf::deserializer& f, shared_bytes& x) {
-    std::size_t n = 0;
-    if (auto err = f.begin_sequence(n))
+    writable_bytes buf;
+    if (auto err = detail::read_raw_bytes(f, buf))
       return err;
-    if (n > max_wire_bytes)
-      return caf::sec::invalid_argument;
-    // A length beyond the bytes actually received means a truncated or
-    // hostile frame: refuse it before allocating up to max_wire_bytes for it.
-    // (BASP decodes with a binary_deserializer, so the wire gets this check.)
-    if (auto bin = dynamic_cast<caf::binary_deserializer*>(&f))
-      if (n > bin->remaining())
-        return caf::sec::end_of_stream;
-    // Decoded straight into an uninitialized buffer: one copy, no zero-fill.
-    writable_bytes buf{n};
-    if (n > 0)
-      if (auto err = f.apply_raw(n, buf.data()))
-        return err;
     x = shared_bytes{std::move(buf)};
-    return f.end_sequence();
+    return caf::none;
   }
 
   /// Other inspectors (to_string, ...) see a short summary, not the bytes.

@@ -83,34 +83,18 @@ class chunk_bytes {
 
   /// Writes length + raw bytes (one memcpy).
   friend caf::error inspect(caf::serializer& f, chunk_bytes& x) {
-    auto n = x.size();
-    if (auto err = f.begin_sequence(n))
-      return err;
-    if (n > 0)
-      if (auto err = f.apply_raw(n, const_cast<std::uint8_t*>(x.data())))
-        return err;
-    return f.end_sequence();
+    return detail::write_raw_bytes(f, x.data(), x.size());
   }
 
   /// Reads length + raw bytes, refusing lengths the frame cannot hold.
   friend caf::error inspect(caf::deserializer& f, chunk_bytes& x) {
-    std::size_t n = 0;
-    if (auto err = f.begin_sequence(n))
+    writable_bytes buf;
+    if (auto err = detail::read_raw_bytes(f, buf))
       return err;
-    if (n > max_wire_bytes)
-      return caf::sec::invalid_argument;
-    if (auto bin = dynamic_cast<caf::binary_deserializer*>(&f))
-      if (n > bin->remaining())
-        return caf::sec::end_of_stream;
     x = chunk_bytes{};
-    if (n > 0) {
-      // Uninitialized: the decoder overwrites every byte anyway.
-      writable_bytes buf{n};
-      if (auto err = f.apply_raw(n, buf.data()))
-        return err;
+    if (!buf.empty())
       x.own_ = shared_bytes{std::move(buf)};
-    }
-    return f.end_sequence();
+    return caf::none;
   }
 
   /// Other inspectors see a summary.
