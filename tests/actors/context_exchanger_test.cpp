@@ -97,19 +97,10 @@ TEST_F(ContextExchangerTest, TrajectoryEndIdxIsOffsetAcrossCollectors) {
   auto llog = make_log();
   // A learner busy for 1 s (a slow training step) before it merges, so that
   // two collectors' deltas are waiting when it does.
-  middleware busy;
-  busy.name = "busy";
-  busy.before = [](context&) -> step {
-    return wait_for{[] {
-                      return false;
-                    },
-                    1s,
-                    [](context&, wait_outcome) -> step {
-                      return proceed;
-                    }};
-  };
   pipeline p;
-  p.use(std::move(busy)).use(context_exchanger()).use(dice::test::probe(llog));
+  p.use(dice::test::busy_for(1s))
+    .use(context_exchanger())
+    .use(dice::test::probe(llog));
   auto learner = spawn_role(bus, 0, {role::learner}, std::move(p), 1);
   start({learner});
   context_delta a;

@@ -50,18 +50,7 @@ class ModelExchangerTest : public dice::test::deterministic {
     if (busy) {
       // A slow step (1 s on the fake clock) so models can arrive while the
       // node is not waiting for one.
-      middleware m;
-      m.name = "busy";
-      m.before = [](context&) -> step {
-        return wait_for{[] {
-                          return false;
-                        },
-                        1s,
-                        [](context&, wait_outcome) -> step {
-                          return proceed;
-                        }};
-      };
-      p.use(std::move(m));
+      p.use(dice::test::busy_for(1s));
     }
     p.use(std::move(exchanger)).use(dice::test::probe(log));
     return spawn_role(bus, 2, {role::collector}, std::move(p));

@@ -7,6 +7,8 @@
 #include "dice/messages/payload.hpp"
 #include "dice/middleware.hpp"
 
+#include "caf/timespan.hpp"
+
 #include <boost/serialization/vector.hpp>
 
 #include <cstdint>
@@ -56,6 +58,23 @@ inline middleware collect_integers(std::uint32_t node, std::int64_t items,
     ctx.trajectories = {pack(xs, node, ctx.model_version)};
     ctx.trajectory_end_idx = ends;
     return proceed;
+  };
+  return m;
+}
+
+/// A slow step: waits `d` on the (fake) clock every iteration, so messages
+/// arrive while the node is busy, or collectors outpace a learner.
+inline middleware busy_for(caf::timespan d) {
+  middleware m;
+  m.name = "busy";
+  m.before = [d](context&) -> step {
+    return wait_for{[] {
+                      return false;
+                    },
+                    d,
+                    [](context&, wait_outcome) -> step {
+                      return proceed;
+                    }};
   };
   return m;
 }

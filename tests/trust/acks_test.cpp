@@ -17,20 +17,8 @@ using namespace dice;
 
 namespace {
 
-// A learner middleware that takes `d` (fake clock) per iteration: collectors
-// that never wait for context are then many times faster than the learner.
-middleware busy_for(caf::timespan d) {
-  middleware m;
-  m.name = "busy";
-  m.before = [d](context&) -> step {
-    return wait_for{[] { return false; }, d,
-                    [](context&, wait_outcome) -> step { return proceed; }};
-  };
-  return m;
-}
-
 class AcksTest : public dice::test::deterministic {
-protected:
+ protected:
   // A collector that never waits for the learner's context (only its
   // window paces it) and produces `items` per iteration.
   pipeline collector_pipe(std::uint32_t node, std::int64_t items,
@@ -45,7 +33,8 @@ protected:
   pipeline learner_pipe(caf::timespan per_iteration,
                         context_exchanger_options opts) {
     pipeline p;
-    p.use(busy_for(per_iteration)).use(context_exchanger(std::move(opts)));
+    p.use(dice::test::busy_for(per_iteration))
+      .use(context_exchanger(std::move(opts)));
     return p;
   }
 
@@ -209,8 +198,8 @@ TEST_F(AcksTest, WindowBoundsAFloodAndCountsStayExact) {
     context_exchanger_options copts;
     copts.max_in_flight = 4;
     copts.stats = cstats.back();
-    cs.push_back(spawn_role(bus, n, {role::collector},
-                            collector_pipe(n, 30, copts)));
+    cs.push_back(
+      spawn_role(bus, n, {role::collector}, collector_pipe(n, 30, copts)));
   }
   start({l, cs[0], cs[1], cs[2]});
   for (int i = 0; i < 30 && stopped() < 4; ++i)
@@ -255,8 +244,8 @@ TEST_F(AcksTest, LearnerCapRefusesExcessAndResendsFillIt) {
     copts.max_in_flight = 4;
     copts.resend_timeout = 500ms;
     copts.stats = cstats.back();
-    cs.push_back(spawn_role(bus, n, {role::collector},
-                            collector_pipe(n, 5, copts)));
+    cs.push_back(
+      spawn_role(bus, n, {role::collector}, collector_pipe(n, 5, copts)));
   }
   start({l, cs[0], cs[1], cs[2]});
   for (int i = 0; i < 60 && stopped() < 4; ++i)

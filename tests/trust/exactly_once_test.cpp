@@ -22,19 +22,10 @@ TEST_F(ExactlyOnceTest, LearnerDropsResentAndReplayedDeltas) {
   auto bus = spawn_bus();
   auto log = std::make_shared<std::vector<dice::test::seen>>();
   // A learner busy for 1 s, so every delta below waits in its inbox.
-  middleware busy;
-  busy.name = "busy";
-  busy.before = [](context&) -> step {
-    return wait_for{[] {
-                      return false;
-                    },
-                    1s,
-                    [](context&, wait_outcome) -> step {
-                      return proceed;
-                    }};
-  };
   pipeline p;
-  p.use(std::move(busy)).use(context_exchanger()).use(dice::test::probe(log));
+  p.use(dice::test::busy_for(1s))
+    .use(context_exchanger())
+    .use(dice::test::probe(log));
   auto learner = spawn_role(bus, 0, {role::learner}, std::move(p), 1);
   start({learner});
   context_delta d;
