@@ -1,0 +1,126 @@
+#include "loop.hpp"
+
+#include <chrono>
+#include <deque>
+#include <iomanip>
+#include <memory>
+#include <sstream>
+
+namespace ppo {
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+std::string num(double x, int digits = 2) {
+  std::ostringstream os;
+  if (std::isfinite(x))
+    os << std::fixed << std::setprecision(digits) << x;
+  else
+    os << "null";
+  return os.str();
+}
+
+} // namespace
+
+loop_result run_loop(const loop_options& opts,
+                     const std::function<void(const std::string&)>& log) {
+  torch::manual_seed(opts.seed);
+  actor_critic net{opts.algo.hidden};
+  ppo_learner learner{net, opts.algo, opts.seed * 31 + 7};
+  std::vector<segment_collector> collectors;
+  for (std::uint32_t i = 0; i < opts.collectors; ++i)
+    collectors.emplace_back(opts.envs_per_collector, opts.steps_per_segment,
+                            opts.seed * 7919 + i + 1);
+  // Models the collectors may act with: the newest `lag + 1` versions, the
+  // oldest first (what collectors hold when models reach them late).
+  std::deque<std::pair<std::int64_t, actor_critic>> history;
+  auto snapshot = [&](std::int64_t version) {
+    actor_critic copy{opts.algo.hidden};
+    copy_weights(copy, learner.net());
+    history.emplace_back(version, copy);
+    while (static_cast<std::int64_t>(history.size()) > opts.lag + 1)
+      history.pop_front();
+  };
+  std::int64_t version = 0;
+  snapshot(version);
+  loop_result res;
+  auto start = clock_type::now();
+  auto seconds = [&] {
+    return std::chrono::duration<double>(clock_type::now() - start).count();
+  };
+  for (;;) {
+    // One batch: every collector's segments, merged with offsets.
+    std::vector<dice::payload> trajectories;
+    std::vector<std::int64_t> end_idx;
+    auto& acting = history.front();
+    for (std::uint32_t i = 0; i < opts.collectors; ++i) {
+      auto c = collectors[i].collect(acting.second, i + 1, acting.first);
+      res.env_steps += c.env_steps;
+      merge_context(trajectories, end_idx, c.trajectories,
+                    c.trajectory_end_idx);
+    }
+    auto st = learner.learn(trajectories, end_idx, version);
+    if (!st)
+      throw std::runtime_error("learner refused its own batch: "
+                               + dice::render(st.error()));
+    ++version;
+    snapshot(version);
+    res.updates = version;
+    if (version % std::max<std::int64_t>(opts.eval_every, 1) == 0) {
+      auto returns = evaluate_greedy(learner.net(), opts.eval_episodes,
+                                     opts.seed * 104729 + 3 + version);
+      loop_eval ev;
+      ev.env_step = res.env_steps;
+      ev.version = version;
+      ev.seconds = seconds();
+      ev.min = returns.empty() ? 0 : returns.front();
+      for (auto r : returns) {
+        ev.mean += r;
+        ev.min = std::min(ev.min, r);
+      }
+      ev.mean /= std::max<std::size_t>(returns.size(), 1);
+      res.evals.push_back(ev);
+      res.best_eval = std::max(res.best_eval, ev.mean);
+      if (log)
+        log("[ppo " + num(ev.seconds, 1) + "s] v" + std::to_string(version)
+            + " env " + std::to_string(ev.env_step) + " eval " + num(ev.mean, 1)
+            + " (min " + num(ev.min, 0) + ") pi " + num(st->policy_loss, 3)
+            + " v " + num(st->value_loss, 3) + " H " + num(st->entropy, 3)
+            + " kl " + num(st->approx_kl, 4) + " clip "
+            + num(st->clip_fraction, 2) + " lag " + learner.lags().str());
+      if (ev.mean >= opts.stop_value) {
+        res.solved = true;
+        res.solve_seconds = ev.seconds;
+        res.solve_env_steps = ev.env_step;
+        break;
+      }
+    }
+    if (opts.max_seconds > 0 && seconds() >= opts.max_seconds)
+      break;
+    if (opts.max_env_steps > 0 && res.env_steps >= opts.max_env_steps)
+      break;
+  }
+  res.seconds = seconds();
+  res.grad_steps = learner.grad_steps();
+  res.lags = learner.lags();
+  res.intake = learner.intake();
+  return res;
+}
+
+std::string to_json(const loop_result& x) {
+  std::ostringstream os;
+  os << "{\"solved\": " << (x.solved ? "true" : "false")
+     << ", \"solve_seconds\": " << num(x.solve_seconds)
+     << ", \"solve_env_steps\": " << x.solve_env_steps
+     << ", \"best_eval\": " << num(x.best_eval, 1)
+     << ", \"env_steps\": " << x.env_steps << ", \"updates\": " << x.updates
+     << ", \"grad_steps\": " << x.grad_steps
+     << ", \"seconds\": " << num(x.seconds)
+     << ", \"lag_mean\": " << num(x.lags.mean())
+     << ", \"lag_max\": " << x.lags.max()
+     << ", \"steps_dropped_stale\": " << x.intake.steps_dropped_stale << "}";
+  return os.str();
+}
+
+} // namespace ppo
