@@ -10,9 +10,12 @@
 // T steps x N envs laid out env by env, with end indices T-1, 2T-1, ...,
 // NT-1, stamped with the model version that acted, and one payload of the
 // episodes that finished (`episode_record`). Both records are plain 48- and
-// 16-byte structs without padding: Boost writes a vector of them as ONE
-// block of bytes (array optimization of bitwise-serializable types), never
-// field by field. Byte order is the host's, as for tensors.
+// 16-byte structs without padding: a vector of them is written as its count
+// and then ONE block of bytes, never field by field, and read back in
+// bounded chunks, so a forged count cannot allocate more than the bytes that
+// actually arrived (Boost's own vector loader would resize to the count
+// first: 48 bytes per byte of input). Byte order is the host's, as for
+// tensors.
 
 #include "dice/messages/payload.hpp"
 
@@ -20,10 +23,13 @@
 #include "caf/expected.hpp"
 
 #include <boost/serialization/binary_object.hpp>
-#include <boost/serialization/is_bitwise_serializable.hpp>
+#include <boost/serialization/collection_size_type.hpp>
 #include <boost/serialization/level.hpp>
+#include <boost/serialization/nvp.hpp>
 #include <boost/serialization/tracking.hpp>
+#include <boost/serialization/vector.hpp>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -63,7 +69,7 @@ struct step_record {
   std::uint8_t has_value;
 
   /// Boost.Serialization of a single record: its bytes (vectors of records
-  /// never call this; they go as one block).
+  /// go as one block, see save_records).
   template <class Archive>
   void serialize(Archive& ar, unsigned) {
     ar& boost::serialization::make_binary_object(this, sizeof(*this));
@@ -239,13 +245,77 @@ void merge_context(std::vector<dice::payload>& trajectories,
 
 } // namespace ppo
 
-// Records are values: no tracking, no class information (a vector of them is
-// one block of bytes; see the file comment).
-BOOST_IS_BITWISE_SERIALIZABLE(ppo::step_record)
+namespace ppo::detail {
+
+/// Writes a vector of records: the element count, then all bytes at once.
+template <class Archive, class T>
+void save_records(Archive& ar, const std::vector<T>& xs) {
+  const boost::serialization::collection_size_type count(xs.size());
+  ar << BOOST_SERIALIZATION_NVP(count);
+  if (!xs.empty())
+    ar.save_binary(xs.data(), xs.size() * sizeof(T));
+}
+
+/// Reads what save_records wrote, 64 KiB at a time: memory grows with the
+/// bytes actually read, whatever the count claims (truncated input throws
+/// at the first chunk past the end).
+template <class Archive, class T>
+void load_records(Archive& ar, std::vector<T>& xs) {
+  boost::serialization::collection_size_type count;
+  ar >> BOOST_SERIALIZATION_NVP(count);
+  constexpr std::size_t chunk = (std::size_t{64} << 10) / sizeof(T);
+  std::vector<T> out;
+  std::size_t left = count;
+  while (left > 0) {
+    auto n = std::min(left, chunk);
+    auto old = out.size();
+    out.resize(old + n);
+    ar.load_binary(out.data() + old, n * sizeof(T));
+    left -= n;
+  }
+  xs = std::move(out);
+}
+
+} // namespace ppo::detail
+
+// More specialized than Boost's std::vector save/load, so they replace them
+// for these two element types (found through the version argument's
+// namespace).
+namespace boost::serialization {
+
+/// Steps: count, then one block of bytes.
+template <class Archive>
+void save(Archive& ar, const std::vector<ppo::step_record>& xs,
+          const unsigned int) {
+  ppo::detail::save_records(ar, xs);
+}
+
+/// Steps: read in bounded chunks.
+template <class Archive>
+void load(Archive& ar, std::vector<ppo::step_record>& xs, const unsigned int) {
+  ppo::detail::load_records(ar, xs);
+}
+
+/// Episodes: count, then one block of bytes.
+template <class Archive>
+void save(Archive& ar, const std::vector<ppo::episode_record>& xs,
+          const unsigned int) {
+  ppo::detail::save_records(ar, xs);
+}
+
+/// Episodes: read in bounded chunks.
+template <class Archive>
+void load(Archive& ar, std::vector<ppo::episode_record>& xs,
+          const unsigned int) {
+  ppo::detail::load_records(ar, xs);
+}
+
+} // namespace boost::serialization
+
+// Records are values: no tracking, no class information.
 BOOST_CLASS_IMPLEMENTATION(ppo::step_record,
                            boost::serialization::object_serializable)
 BOOST_CLASS_TRACKING(ppo::step_record, boost::serialization::track_never)
-BOOST_IS_BITWISE_SERIALIZABLE(ppo::episode_record)
 BOOST_CLASS_IMPLEMENTATION(ppo::episode_record,
                            boost::serialization::object_serializable)
 BOOST_CLASS_TRACKING(ppo::episode_record, boost::serialization::track_never)
