@@ -46,7 +46,7 @@ struct config : caf::actor_system_config {
       .add(run.max_seconds, "max-seconds", "time limit per seed (120)")
       .add(run.max_env_steps, "max-env-steps", "env-step limit (0: none)")
       .add(run.stop_value, "stop-value", "stop at this greedy eval mean (475)")
-      .add(run.eval_every, "eval-every", "evaluate every this many updates")
+      .add(run.eval_every, "eval-every", "evaluate every this many updates (4)")
       .add(run.eval_episodes, "eval-episodes", "greedy episodes per eval (10)")
       .add(run.lag, "lag", "collectors act this many versions behind (0)")
       .add(a.vtrace, "vtrace", "V-trace targets instead of GAE")
