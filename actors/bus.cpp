@@ -319,10 +319,17 @@ void attach(bus_ptr self, std::size_t idx) {
   auto host = ep.host;
   auto port = ep.port;
   auto where = host + ":" + std::to_string(port);
-  auto mm = st.cfg.tls ? self->system().openssl_manager().actor_handle()
-                       : self->system().middleman().actor_handle();
+  // The node's dialer authenticates the connection before BASP reads it;
+  // without one (the testing network backend) CAF connects by itself.
+  caf::actor connector = st.cfg.dialer;
+  if (!connector)
+    connector = st.cfg.tls
+      ? caf::actor_cast<caf::actor>(
+        self->system().openssl_manager().actor_handle())
+      : caf::actor_cast<caf::actor>(self->system().middleman().actor_handle());
   self
-    ->request(mm, st.cfg.connect_timeout, caf::connect_atom::value, host, port)
+    ->request(connector, st.cfg.connect_timeout, caf::connect_atom::value, host,
+              port)
     .then(
       [=](const caf::node_id&, caf::strong_actor_ptr& ptr,
           const std::set<std::string>& ifs) {

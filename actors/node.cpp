@@ -1,18 +1,18 @@
 #include "dice/actors/node.hpp"
 
-#include "dice/actors/gate.hpp"
-
 #include "dice/actors/context_exchanger.hpp"
+#include "dice/actors/gate.hpp"
 #include "dice/actors/model_exchanger.hpp"
 #include "dice/actors/role_actor.hpp"
 #include "dice/errc.hpp"
 #include "dice/log.hpp"
+#include "dice/net/dialer.hpp"
+#include "dice/net/handover.hpp"
 #include "dice/type_ids.hpp"
 
 #include "caf/exit_reason.hpp"
 #include "caf/io/middleman.hpp"
 #include "caf/openssl/manager.hpp"
-#include "caf/openssl/publish.hpp"
 #include "caf/scoped_actor.hpp"
 
 #include <algorithm>
@@ -251,6 +251,14 @@ node_system_config::node_system_config() {
     .add(peer_loss_timeout, "peer-loss-timeout",
          "stop after having no peer for this long")
     .add(connect_timeout, "connect-timeout", "deadline of one connect")
+    .add(handshake_timeout, "handshake-timeout",
+         "close an accepted connection that has not finished dice's "
+         "preamble by then")
+    .add(max_pending, "max-pending",
+         "most accepted connections in the preamble at once")
+    .add(insecure, "insecure",
+         "listen beyond loopback with neither secret nor TLS (anyone who "
+         "reaches the port may join)")
     .add(secret_file, "secret-file",
          "file with the cluster secret (peers must know it)")
     .add(
@@ -265,6 +273,9 @@ caf::expected<node_config> make_node_config(const node_system_config& cfg) {
   result.start_timeout = cfg.start_timeout;
   result.peer_loss_timeout = cfg.peer_loss_timeout;
   result.connect_timeout = cfg.connect_timeout;
+  result.handshake_timeout = cfg.handshake_timeout;
+  result.max_pending = cfg.max_pending;
+  result.insecure = cfg.insecure;
   if (!cfg.secret_file.empty()) {
     auto secret = load_secret(cfg.secret_file);
     if (!secret)
@@ -318,12 +329,22 @@ caf::expected<node_config> make_node_config(const node_system_config& cfg) {
         return xs.error();
       per_host = std::move(*xs);
     }
-    std::uint16_t base = cfg.port != 0 ? cfg.port : 50515;
+    std::uint32_t base = cfg.port != 0 ? cfg.port : 50515;
     if (cfg.nodes.empty())
       for (std::size_t h = 0; h < hosts->size() && h < per_host.size(); ++h)
-        for (std::uint32_t k = 0; k < per_host[h]; ++k)
+        for (std::uint32_t k = 0; k < per_host[h]; ++k) {
+          // Task k on a host listens on base + k: it must stay a port.
+          if (base + k > 65535)
+            return make_error(errc::invalid_config,
+                              "SLURM task " + std::to_string(k) + " on "
+                                + (*hosts)[h] + " would listen on port "
+                                + std::to_string(base) + " + "
+                                + std::to_string(k)
+                                + " > 65535; give a "
+                                  "lower --dice.port");
           result.nodes.push_back(
             endpoint{(*hosts)[h], static_cast<std::uint16_t>(base + k)});
+        }
     if (result.nodes.size() < ntasks)
       return make_error(errc::invalid_config,
                         "SLURM allocation lists fewer slots than SLURM_NTASKS");
@@ -394,27 +415,79 @@ caf::expected<node> node::start(caf::actor_system& sys, node_config cfg) {
   }
   // A node that (re)joins gets the latest model and train_iter at once.
   bc.retained_topics = {model_topic, context_topic(role::learner)};
-  auto bc_tls = bc.tls;
+  // Peers are dialled raw and authenticated before BASP sees the socket.
+  bc.dialer = net::spawn_dialer(
+    sys, net::dialer_config{c.id, c.secret, bc.tls, c.connect_timeout});
   result.bus_ = sys.spawn(dice::bus, std::move(bc));
-  if (c.distributed && c.listen) {
-    auto host = c.host.empty() ? nullptr : c.host.c_str();
-    // Peers reach the bus through a gate no remote exit can stop.
-    auto gate = spawn_gate(sys, result.bus_);
-    auto port = bc_tls ? caf::openssl::publish(gate, c.port, host, true)
-                       : sys.middleman().publish(gate, c.port, host, true);
-    if (!port) {
-      caf::anon_send_exit(result.bus_, caf::exit_reason::user_shutdown);
-      return make_error(errc::unreachable,
-                        "node " + std::to_string(c.id)
-                          + " cannot listen on port " + std::to_string(c.port)
-                          + ": " + render(port.error()));
-    }
-    result.port_ = *port;
-    // Launchers read this line to learn an ephemeral port.
-    std::cout << "dice-node " << c.id << " listening on port " << *port
-              << std::endl;
-  }
+  if (c.distributed && c.listen)
+    if (auto err = result.listen())
+      return err;
   return result;
+}
+
+caf::error node::listen() {
+  auto& c = cfg_;
+  auto& sys = *sys_;
+  auto fail = [&](caf::error err) {
+    caf::anon_send_exit(bus_, caf::exit_reason::user_shutdown);
+    return err;
+  };
+  // Peers reach the bus through a gate no remote exit can stop.
+  auto gate = spawn_gate(sys, bus_);
+  auto basp = net::basp_broker_of(sys);
+  auto sigs = sys.message_types(gate);
+  auto tls = c.tls.any();
+  auto port = std::make_shared<std::uint16_t>(0);
+  auto node_id = c.id;
+  net::listener_config lc{
+    c.id, c.host, c.port, c.secret, c.handshake_timeout, c.max_pending};
+  // Runs on the listener's thread for each connection that finished the
+  // preamble: only then does CAF get the socket.
+  auto handover = [&sys, basp, gate, sigs, tls, port,
+                   node_id](int fd, net::channel, const std::string& peer) {
+    auto scribe = net::make_scribe(sys, fd, tls, true);
+    if (!scribe) {
+      log::warning(node_id,
+                   "connection from " + peer
+                     + " passed the preamble, then failed: "
+                     + render(scribe.error()));
+      return;
+    }
+    net::serve_basp(basp, std::move(*scribe), *port, gate, sigs);
+  };
+  auto ln = net::listener::open(std::move(lc), handover);
+  if (!ln)
+    return fail(
+      make_error(errc::unreachable,
+                 "node " + std::to_string(c.id) + " cannot listen on port "
+                   + std::to_string(c.port) + ": " + render(ln.error())));
+  auto& l = **ln;
+  if (!l.loopback() && c.secret.empty() && !tls) {
+    if (!c.insecure)
+      return fail(make_error(
+        errc::invalid_config,
+        "node " + std::to_string(c.id) + " would listen on " + l.address()
+          + ", beyond loopback, with neither a cluster secret nor TLS: "
+            "anyone who reaches the port could join the cluster. Give every "
+            "node the same secret file (--dice.secret-file=FILE, at least "
+          + std::to_string(min_secret_bytes)
+          + " bytes), or TLS (--openssl.certificate/key/cafile), or listen "
+            "on loopback only (--dice.host=127.0.0.1); "
+            "--dice.insecure=true accepts the risk"));
+    log::warning(c.id,
+                 "listening on " + l.address()
+                   + " with neither a cluster secret nor TLS "
+                     "(--dice.insecure): anyone who reaches the port "
+                     "and speaks dice can join");
+  }
+  *port = l.port();
+  port_ = l.port();
+  listener_ = std::shared_ptr<net::listener>{std::move(*ln)};
+  listener_->start();
+  // Launchers read this line to learn an ephemeral port.
+  std::cout << "dice-node " << c.id << " listening on port " << port_
+            << std::endl;
+  return caf::none;
 }
 
 caf::expected<node_report> node::run(pipeline pipe, node_run_options opts) {
@@ -500,6 +573,8 @@ caf::expected<node_report> node::run(pipeline pipe, node_run_options opts) {
 }
 
 void node::stop() {
+  if (listener_)
+    listener_->stop();
   if (bus_)
     caf::anon_send_exit(bus_, caf::exit_reason::user_shutdown);
 }

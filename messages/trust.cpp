@@ -23,6 +23,9 @@ const char* to_string(trust_event x) noexcept {
     case trust_event::oversize: return "oversize";
     case trust_event::config_rejected: return "config_rejected";
     case trust_event::duplicate_dropped: return "duplicate_dropped";
+    case trust_event::preamble_rejected: return "preamble_rejected";
+    case trust_event::preamble_timeout: return "preamble_timeout";
+    case trust_event::pending_evicted: return "pending_evicted";
   }
   return "unknown";
 }

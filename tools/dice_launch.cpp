@@ -7,17 +7,22 @@
 //               [--dice.secret-file=F] [--openssl.KEY=V ...] -- PROGRAM ...
 //
 // Each node gets `--dice.node-id= --dice.workers= --dice.topology=
-// --dice.port= --dice.attach-to=` on its command line. Without --ports
+// --dice.host= --dice.port= --dice.attach-to=` on its command line. Nodes
+// listen on --host (default 127.0.0.1: loopback only). Without --ports
 // every node listens on an ephemeral port, which the launcher reads from
 // the node's "dice-node ID listening on port P" line before starting the
 // nodes that attach to it. --dice.secret-file and --openssl.* options go to
-// every node unchanged (one cluster shares its secret and CA). Output lines are prefixed with "[node ID] ";
-// SIGINT/SIGTERM are forwarded; the exit code is 0 only if every node
-// exited 0.
+// every node unchanged (one cluster shares its secret and CA); with
+// neither, the launcher writes a fresh random secret to a private
+// temporary file for its nodes and removes it at exit. Output lines are
+// prefixed with "[node ID] "; SIGINT/SIGTERM are forwarded; the exit code
+// is 0 only if every node exited 0.
 
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/prctl.h>
+#include <sys/random.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -64,6 +69,7 @@ struct options {
   std::vector<std::uint16_t> ports;
   std::vector<std::uint32_t> node_ids;
   std::string attach_to;
+  /// Address every node listens on and is reached at.
   std::string host = "127.0.0.1";
   double startup_timeout = 60;
   std::vector<std::string> command;
@@ -169,7 +175,12 @@ options parse(int argc, char** argv) {
       opts.node_ids.push_back(k);
   if (opts.node_ids.size() != opts.workers)
     usage("--node-ids needs one id or one per worker");
-  // One port p means p..p+n-1.
+  // One port p means p..p+n-1, all of them ports.
+  if (opts.ports.size() == 1 && opts.ports[0] != 0
+      && opts.ports[0] + (opts.workers - 1ul) > 65535)
+    usage("--ports " + std::to_string(opts.ports[0]) + " with "
+          + std::to_string(opts.workers) + " workers needs ports up to "
+          + std::to_string(opts.ports[0] + (opts.workers - 1ul)) + " > 65535");
   if (opts.ports.size() == 1)
     for (std::uint32_t k = 1; k < opts.workers; ++k)
       opts.ports.push_back(static_cast<std::uint16_t>(opts.ports[0] + k));
@@ -177,6 +188,53 @@ options parse(int argc, char** argv) {
     usage("--ports needs one port or one per worker");
   return opts;
 }
+
+/// A fresh cluster secret in a private temporary directory (mode 0700,
+/// file 0600), for a launch whose user gave none; removed by `remove()`.
+struct launch_secret {
+  std::string dir;
+  std::string path;
+
+  bool make() {
+    char tmpl[] = "/tmp/dice-launch-XXXXXX";
+    if (::mkdtemp(tmpl) == nullptr)
+      return false;
+    dir = tmpl;
+    path = dir + "/secret";
+    unsigned char raw[32];
+    std::size_t got = 0;
+    while (got < sizeof(raw)) {
+      auto n = ::getrandom(raw + got, sizeof(raw) - got, 0);
+      if (n < 0 && errno == EINTR)
+        continue;
+      if (n <= 0)
+        return false;
+      got += static_cast<std::size_t>(n);
+    }
+    static const char* hex = "0123456789abcdef";
+    std::string text;
+    for (auto b : raw) {
+      text.push_back(hex[b >> 4]);
+      text.push_back(hex[b & 15]);
+    }
+    text.push_back('\n');
+    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
+                    0600);
+    if (fd < 0)
+      return false;
+    auto ok = ::write(fd, text.data(), text.size())
+      == static_cast<ssize_t>(text.size());
+    ::close(fd);
+    return ok;
+  }
+
+  void remove() {
+    if (!path.empty())
+      ::unlink(path.c_str());
+    if (!dir.empty())
+      ::rmdir(dir.c_str());
+  }
+};
 
 void write_all(int fd, const std::string& str) {
   std::size_t done = 0;
@@ -334,6 +392,28 @@ int main(int argc, char** argv) {
   ::sigaction(SIGINT, &sa, nullptr);
   ::sigaction(SIGTERM, &sa, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
+  // Nodes that listen beyond loopback refuse to start without a secret or
+  // TLS; the launcher's own nodes get a fresh secret when the user gave
+  // neither (on loopback too: other local users cannot join either).
+  launch_secret secret;
+  auto has_trust = std::any_of(opts.pass_through.begin(),
+                               opts.pass_through.end(), [](auto& x) {
+                                 return x.rfind("--dice.secret-file=", 0) == 0
+                                   || x.rfind("--openssl.", 0) == 0;
+                               });
+  if (!has_trust) {
+    if (!secret.make()) {
+      std::cerr << "[dice-launch] cannot write a cluster secret: "
+                << std::strerror(errno) << std::endl;
+      secret.remove();
+      return 1;
+    }
+    opts.pass_through.push_back("--dice.secret-file=" + secret.path);
+    std::cerr << "[dice-launch] no --dice.secret-file given: this launch's "
+                 "nodes share a fresh secret (removed at exit; nodes started "
+                 "elsewhere need --dice.secret-file)"
+              << std::endl;
+  }
   auto t0 = clock_type::now();
   std::vector<child> children(opts.workers);
   int forwarded = 0;
@@ -381,6 +461,7 @@ int main(int argc, char** argv) {
     args.push_back("--dice.node-id=" + std::to_string(c.id));
     args.push_back("--dice.workers=" + std::to_string(opts.workers));
     args.push_back("--dice.topology=" + opts.topology);
+    args.push_back("--dice.host=" + opts.host);
     if (!opts.ports.empty())
       args.push_back("--dice.port=" + std::to_string(opts.ports[i]));
     if (!attach.empty())
@@ -421,6 +502,7 @@ int main(int argc, char** argv) {
     if (!running) // drain what is left in the pipes, then stop
       pump(children, 0);
   }
+  secret.remove();
   int rc = failed ? 1 : 0;
   for (auto& c : children)
     if (c.exit_code && *c.exit_code != 0 && rc == 0)

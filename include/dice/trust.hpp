@@ -29,10 +29,18 @@ enum class trust_event : std::uint8_t {
   config_rejected,
   /// A duplicate context delta was dropped (exactly-once delivery).
   duplicate_dropped,
+  /// A connection's first bytes were not dice's preamble (or another
+  /// preamble version): closed before CAF saw a byte.
+  preamble_rejected,
+  /// A connection did not finish the preamble in time: closed.
+  preamble_timeout,
+  /// A connection still in the preamble was closed to make room for a new
+  /// one (the listener's cap on pending connections).
+  pending_evicted,
 };
 
 /// Number of trust_event kinds.
-inline constexpr std::size_t trust_event_count = 10;
+inline constexpr std::size_t trust_event_count = 13;
 
 /// The enumerator's name, e.g. "auth_refused".
 const char* to_string(trust_event x) noexcept;

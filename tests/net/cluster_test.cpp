@@ -3,6 +3,7 @@
 // joined by a veth pair (two hosts), SLURM's environment and fixed ports.
 
 #include "support/child_process.hpp"
+#include "support/secret_file.hpp"
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -82,7 +83,8 @@ const std::regex trace_line{
 TEST(Reconnect, CollectorGetsTheRestartedLearnersModelFirst) {
   auto learner_args = [](std::vector<std::string> extra) {
     auto args = hello({"--dice.node-id=0", "--dice.workers=2",
-                       "--dice.topology=star", "--dice.peer-loss-timeout=10s"});
+                       "--dice.topology=star", "--dice.host=127.0.0.1",
+                       "--dice.peer-loss-timeout=10s"});
     args.insert(args.end(), extra.begin(), extra.end());
     return args;
   };
@@ -95,8 +97,8 @@ TEST(Reconnect, CollectorGetsTheRestartedLearnersModelFirst) {
   auto port = m[1].str();
   child_process collector{
     hello({"--dice.node-id=1", "--dice.workers=2", "--dice.topology=star",
-           "--dice.peer-loss-timeout=10s", "--dice.attach-to=127.0.0.1:" + port,
-           "--trace"})};
+           "--dice.host=127.0.0.1", "--dice.peer-loss-timeout=10s",
+           "--dice.attach-to=127.0.0.1:" + port, "--trace"})};
   // Mid-run: the collector acts with a model the first learner trained for
   // a while (version 40 or later).
   long old_version = 0;
@@ -269,11 +271,13 @@ TEST(TwoHosts, LearnerAndCollectorInTwoNetworkNamespaces) {
   netns_pair ns;
   if (!ns.ok())
     GTEST_SKIP() << "cannot build two hosts: " << ns.why();
-  child_process learner{
-    ns.exec_in(0,
-               hello({"--dice.node-id=0", "--dice.workers=2",
-                      "--dice.topology=star", "--dice.host=198.18.0.1",
-                      "--dice.peer-loss-timeout=10s", "--steps=20"}))};
+  // Beyond loopback a node needs the cluster secret (or TLS) to start.
+  dice::test::secret_file secret;
+  child_process learner{ns.exec_in(
+    0,
+    hello({"--dice.node-id=0", "--dice.workers=2", "--dice.topology=star",
+           "--dice.host=198.18.0.1", secret.flag(),
+           "--dice.peer-loss-timeout=10s", "--steps=20"}))};
   std::smatch m;
   ASSERT_TRUE(learner.wait_for(
     std::regex{"dice-node 0 listening on port ([0-9]+)"}, 20s, &m))
@@ -282,7 +286,8 @@ TEST(TwoHosts, LearnerAndCollectorInTwoNetworkNamespaces) {
   child_process collector{ns.exec_in(
     1,
     hello({"--dice.node-id=1", "--dice.workers=2", "--dice.topology=star",
-           "--dice.peer-loss-timeout=10s", "--dice.attach-to=" + peer}))};
+           secret.flag(), "--dice.peer-loss-timeout=10s",
+           "--dice.attach-to=" + peer}))};
   auto rc = learner.wait_exit(30s);
   ASSERT_TRUE(rc) << learner.text() << collector.text();
   EXPECT_EQ(*rc, 0) << learner.text();
@@ -305,10 +310,13 @@ TEST(Slurm, SrunEnvironmentFormsAClusterOnTheGivenPort) {
   auto base = free_ports(3);
   ASSERT_NE(base, 0) << "no three free ports in a row";
   // What srun sets for 3 tasks on one host; --dice.port is the base port.
+  // Tasks listen on every interface, so they share a secret, as a user's
+  // srun would.
+  dice::test::secret_file secret;
   std::vector<std::unique_ptr<child_process>> tasks;
   for (int i = 0; i < 3; ++i)
     tasks.push_back(std::make_unique<child_process>(
-      hello({"--steps=20", "--dice.port=" + std::to_string(base),
+      hello({"--steps=20", "--dice.port=" + std::to_string(base), secret.flag(),
              "--dice.peer-loss-timeout=10s"}),
       std::vector<std::string>{
         "SLURM_PROCID=" + std::to_string(i),
@@ -338,6 +346,30 @@ TEST(Slurm, SrunEnvironmentFormsAClusterOnTheGivenPort) {
   EXPECT_EQ(json_str(*c, "role"), "collector") << *c;
   EXPECT_GT(json_int(*c, "env_step"), 0) << *c;
   EXPECT_EQ(json_int(*l, "env_step"), json_int(*c, "env_step")) << *l << *c;
+}
+
+TEST(Slurm, BasePortPlusTaskIndexPastTheLastPortIsRefused) {
+  // Three tasks on one host from base port 65534: task 2 would need 65536
+  // (before: it wrapped to port 0 and listened on a random port nobody
+  // knew).
+  child_process task{hello({"--steps=1", "--dice.port=65534"}),
+                     {"SLURM_PROCID=0", "SLURM_NTASKS=3",
+                      "SLURM_NODELIST=localhost", "SLURM_TASKS_PER_NODE=3"}};
+  auto rc = task.wait_exit(20s);
+  ASSERT_TRUE(rc) << task.text();
+  EXPECT_EQ(*rc, 1) << task.text();
+  EXPECT_TRUE(task.wait_for(std::regex{"65534 \\+ 2 > 65535"}, 0ms))
+    << task.text();
+}
+
+TEST(Launch, PortsPastTheLastAreRefused) {
+  child_process launch{{bin_dir + "dice-launch", "--workers", "3", "--ports",
+                        "65534", "--", "/bin/true"}};
+  auto rc = launch.wait_exit(10s);
+  ASSERT_TRUE(rc) << launch.text();
+  EXPECT_EQ(*rc, 2) << launch.text();
+  EXPECT_TRUE(launch.wait_for(std::regex{"up to 65536 > 65535"}, 0ms))
+    << launch.text();
 }
 
 TEST(Launch, FixedPortsAreHonoured) {

@@ -1,6 +1,7 @@
 // Real processes on loopback: dice-launch and hello_exchange nodes with
 // ephemeral ports. Every wait has a deadline; nothing sleeps to pass.
 
+#include "support/child_process.hpp"
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <poll.h>
@@ -17,8 +18,6 @@
 #include <regex>
 #include <string>
 #include <vector>
-
-#include "support/child_process.hpp"
 
 namespace {
 
@@ -74,6 +73,7 @@ std::vector<std::string> node_args(int id, int workers,
                                 "--dice.node-id=" + std::to_string(id),
                                 "--dice.workers=" + std::to_string(workers),
                                 "--dice.topology=star",
+                                "--dice.host=127.0.0.1",
                                 "--dice.peer-loss-timeout=10s"};
   if (!attach.empty())
     args.push_back("--dice.attach-to=" + attach);

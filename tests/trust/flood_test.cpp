@@ -18,7 +18,8 @@
 #include "dice/type_ids.hpp"
 
 #include "support/child_process.hpp"
-
+#include <boost/serialization/vector.hpp>
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -30,9 +31,6 @@
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <boost/serialization/vector.hpp>
-#include <gtest/gtest.h>
 
 namespace {
 
@@ -62,7 +60,10 @@ dice::middleware slow_learner(caf::timespan per_iteration) {
   dice::middleware m;
   m.name = "slow_learner";
   m.before = [per_iteration](dice::context&) -> dice::step {
-    return dice::wait_for{[] { return false; }, per_iteration,
+    return dice::wait_for{[] {
+                            return false;
+                          },
+                          per_iteration,
                           [](dice::context& ctx, dice::wait_outcome) {
                             ctx.train_iter += 1;
                             return dice::step{dice::proceed};
@@ -147,6 +148,7 @@ child_process flood_node(const std::string& args) {
 TEST(Flood, CollectorWindowsBoundMemory) {
   auto bound_kib = env_long("DICE_FLOOD_RSS_MIB", 96) * 1024;
   auto common = std::string{" --dice.workers=3 --dice.topology=star"
+                            " --dice.host=127.0.0.1"
                             " --dice.peer-loss-timeout=20s"};
   auto learner = flood_node("--dice.node-id=0" + common);
   std::smatch m;
@@ -155,7 +157,7 @@ TEST(Flood, CollectorWindowsBoundMemory) {
     << learner.text();
   auto idle = rss_kib(learner.pid());
   auto attach = " --dice.attach-to=127.0.0.1:" + m[1].str()
-                + " --dice.roles=collector";
+    + " --dice.roles=collector";
   auto c1 = flood_node("--dice.node-id=1" + common + attach);
   auto c2 = flood_node("--dice.node-id=2" + common + attach);
   // Sample every node every 100 ms until the learner exits (reading its

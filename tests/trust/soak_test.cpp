@@ -5,8 +5,9 @@
 // produced arrived at the learner exactly once. Every wait has a deadline.
 
 #include "support/child_process.hpp"
-
+#include "support/secret_file.hpp"
 #include <dirent.h>
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -18,8 +19,6 @@
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 namespace {
 
@@ -109,8 +108,10 @@ TEST(Soak, LearnerMemoryStaysFlatAndNothingIsLostOrDoubled) {
   auto secs = soak_seconds();
   // The learner would run for ever; a late ninth node with one collector
   // iteration ends the run when the soak time is up.
-  child_process launch{{bin_dir + "dice-launch", "--workers", "8",
-                        "--topology", "star", "--", bin_dir + "hello_exchange",
+  // The finisher joins from outside the launch: it needs the same secret.
+  dice::test::secret_file secret;
+  child_process launch{{bin_dir + "dice-launch", "--workers", "8", "--topology",
+                        "star", secret.flag(), "--", bin_dir + "hello_exchange",
                         "--steps=1000000000", "--dice.peer-loss-timeout=20s"}};
   std::smatch m;
   ASSERT_TRUE(launch.wait_for(
@@ -135,10 +136,10 @@ TEST(Soak, LearnerMemoryStaysFlatAndNothingIsLostOrDoubled) {
                       << launch.text();
     samples.push_back(rss);
   }
-  child_process finisher{{bin_dir + "hello_exchange", "--dice.node-id=8",
-                          "--dice.workers=8", "--dice.topology=star",
-                          "--dice.attach-to=127.0.0.1:" + port,
-                          "--collector-steps=1"}};
+  child_process finisher{
+    {bin_dir + "hello_exchange", "--dice.node-id=8", "--dice.workers=8",
+     "--dice.topology=star", "--dice.attach-to=127.0.0.1:" + port,
+     "--dice.host=127.0.0.1", secret.flag(), "--collector-steps=1"}};
   auto rc = launch.wait_exit(60s);
   ASSERT_TRUE(rc) << "the cluster did not stop within 60 s of the finish\n"
                   << launch.text();

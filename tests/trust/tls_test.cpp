@@ -1,12 +1,14 @@
-// TLS through CAF's openssl module, over real loopback sockets: nodes with
-// certificates from the same CA connect; a plain-TCP client and a client
-// with a certificate the CA did not sign get nothing. Certificate settings
-// are checked before CAF sees them (it aborts on a bad path).
+// TLS through CAF's openssl session, over real loopback sockets, started
+// after dice's preamble on the same socket: nodes with certificates from
+// the same CA connect; a plain-TCP client (dice's or CAF's own) and a
+// client with a certificate the CA did not sign get nothing. Certificate
+// settings are checked before CAF sees them (it aborts on a bad path).
 
 #include "dice/actors/bus.hpp"
 #include "dice/actors/node.hpp"
 #include "dice/auth.hpp"
 #include "dice/errc.hpp"
+#include "dice/net/dialer.hpp"
 #include "dice/trust.hpp"
 
 #include "caf/actor_system.hpp"
@@ -18,6 +20,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 
 namespace {
@@ -75,18 +78,52 @@ class Tls : public ::testing::Test {
     nc.peer_loss_timeout = 1h;
     auto n = dice::node::start(sys, nc);
     EXPECT_TRUE(n) << dice::render(n.error());
-    server_bus_ = n->bus();
-    return n->port();
+    server_ = std::move(*n);
+    return server_->port();
   }
 
+  /// How a client dials.
+  enum class via {
+    /// A dice node: preamble, then TLS with `files` (none: plain BASP).
+    dice,
+    /// dice's dialer without the node's checks of `files` (a stranger's
+    /// certificate passes no validation).
+    dialer,
+    /// CAF's own connect (a bus without dialer), plain or TLS.
+    caf,
+  };
+
   /// Number of peers a client bus has after `deadline` (or once it has one).
-  std::uint32_t connect(caf::actor_system& sys, bool use_tls,
+  std::uint32_t connect(caf::actor_system& sys, via how, dice::tls_files files,
                         std::uint16_t port, caf::timespan deadline) {
-    dice::bus_config bc;
-    bc.node = 1;
-    bc.tls = use_tls;
-    bc.connect_timeout = 500ms;
-    auto b = sys.spawn(dice::bus, bc);
+    dice::bus_actor b;
+    if (how == via::dice) {
+      dice::node_config nc;
+      nc.id = 1;
+      nc.distributed = true;
+      nc.listen = false;
+      nc.tls = files;
+      nc.connect_timeout = 500ms;
+      nc.peer_loss_timeout = 1h;
+      auto n = dice::node::start(sys, nc);
+      if (!n) {
+        ADD_FAILURE() << dice::render(n.error());
+        return 0;
+      }
+      b = n->bus();
+    } else if (how == via::dialer) {
+      dice::bus_config bc;
+      bc.node = 1;
+      bc.connect_timeout = 500ms;
+      bc.dialer = dice::net::spawn_dialer(sys, {1, "", files.any(), 500ms});
+      b = sys.spawn(dice::bus, bc);
+    } else {
+      dice::bus_config bc;
+      bc.node = 1;
+      bc.tls = files.any();
+      bc.connect_timeout = 500ms;
+      b = sys.spawn(dice::bus, bc);
+    }
     caf::scoped_actor self{sys};
     self->send(b, dice::attach_atom::value, std::string{"127.0.0.1"}, port);
     std::uint32_t n = 0;
@@ -102,16 +139,17 @@ class Tls : public ::testing::Test {
     return n;
   }
 
-  // The server's bus must stop before its system is destroyed (the system
+  // The server's node must stop before its system is destroyed (the system
   // waits for every actor).
   void TearDown() override {
-    if (server_bus_)
-      caf::anon_send_exit(server_bus_, caf::exit_reason::user_shutdown);
+    if (server_)
+      server_->stop();
     server_.reset();
+    server_sys_.reset();
   }
 
-  std::unique_ptr<caf::actor_system> server_;
-  dice::bus_actor server_bus_;
+  std::unique_ptr<caf::actor_system> server_sys_;
+  std::optional<dice::node> server_;
   static inline fs::path* dir_ = nullptr;
   // Configs must outlive their systems; systems are destroyed per test.
   static inline std::vector<std::unique_ptr<dice::node_system_config>> configs_;
@@ -136,24 +174,36 @@ TEST_F(Tls, SettingsAreCheckedBeforeCafSeesThem) {
 }
 
 TEST_F(Tls, NodesOfOneCaConnect) {
-  server_ = make_system(good());
-  auto port = start_server(*server_);
+  server_sys_ = make_system(good());
+  auto port = start_server(*server_sys_);
   ASSERT_NE(port, 0);
   auto client = make_system(good());
-  EXPECT_EQ(connect(*client, true, port, 5s), 1u);
+  EXPECT_EQ(connect(*client, via::dice, good(), port, 5s), 1u);
 }
 
 TEST_F(Tls, PlainTcpAndForeignCertificatesGetNothing) {
-  server_ = make_system(good());
-  auto port = start_server(*server_);
+  server_sys_ = make_system(good());
+  auto port = start_server(*server_sys_);
   ASSERT_NE(port, 0);
   {
+    // Passes the preamble (no secret here), then speaks plain BASP to a
+    // TLS server: the TLS handshake fails.
     auto plain = make_system({});
-    EXPECT_EQ(connect(*plain, false, port, 1500ms), 0u);
+    EXPECT_EQ(connect(*plain, via::dice, {}, port, 1500ms), 0u);
+  }
+  {
+    // Not even the preamble.
+    auto plain = make_system({});
+    EXPECT_EQ(connect(*plain, via::caf, {}, port, 1500ms), 0u);
   }
   {
     auto foreign = make_system(stranger());
-    EXPECT_EQ(connect(*foreign, true, port, 1500ms), 0u);
+    EXPECT_EQ(connect(*foreign, via::dialer, stranger(), port, 1500ms), 0u);
+  }
+  {
+    // CAF's own TLS client, with a good certificate, but no preamble.
+    auto caf_tls = make_system(good());
+    EXPECT_EQ(connect(*caf_tls, via::caf, good(), port, 1500ms), 0u);
   }
 }
 

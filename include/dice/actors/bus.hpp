@@ -91,8 +91,15 @@ struct bus_config {
   /// Cluster secret: peers must prove they know it before any data is
   /// exchanged (empty: no check).
   std::string secret;
-  /// Connect through CAF's openssl module (TLS) instead of plain BASP.
+  /// Connect through CAF's openssl module (TLS) instead of plain BASP; only
+  /// without a `dialer` (with one, the dialer does TLS).
   bool tls = false;
+  /// Who connects to peers: a node's dialer (net/dialer.hpp: raw connect,
+  /// dice's preamble, then BASP; `node::start` always sets one). Null:
+  /// CAF's own connect, for peers published with CAF's own publish, i.e.
+  /// the deterministic tests' testing network backend, whose connections
+  /// are simulated and carry no stranger's bytes.
+  caf::actor dialer;
   /// Snapshots larger than this travel to peers in chunks of this size.
   std::size_t chunk_bytes = default_chunk_bytes;
 };

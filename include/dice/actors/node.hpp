@@ -3,6 +3,7 @@
 #include "dice/actors/bus.hpp"
 #include "dice/auth.hpp"
 #include "dice/middleware.hpp"
+#include "dice/net/listener.hpp"
 #include "dice/node_report.hpp"
 #include "dice/role.hpp"
 
@@ -13,6 +14,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -85,7 +87,9 @@ struct node_config {
   std::uint32_t workers = 1;
   /// Roles; empty picks `default_roles(index, workers)`.
   role_set roles;
-  /// Address to listen on ("" = every interface).
+  /// Address to listen on ("" = every interface). A node that listens on
+  /// more than loopback refuses to start with neither `secret` nor `tls`,
+  /// unless `insecure`.
   std::string host;
   /// Port to listen on; 0 picks a free one (reported on stdout).
   std::uint16_t port = 0;
@@ -105,6 +109,15 @@ struct node_config {
   caf::timespan peer_loss_timeout = std::chrono::seconds{30};
   /// Deadline of one connection attempt.
   caf::timespan connect_timeout = std::chrono::seconds{2};
+  /// An accepted connection that has not finished dice's preamble by then
+  /// is closed (net/preamble.hpp).
+  caf::timespan handshake_timeout = std::chrono::seconds{2};
+  /// Most accepted connections in the preamble at once; a new one past it
+  /// closes the oldest.
+  std::size_t max_pending = 64;
+  /// Listen on a non-loopback address with neither secret nor TLS (logged
+  /// as a warning): anyone who reaches the port and speaks dice joins.
+  bool insecure = false;
   /// Part of a cluster (false: the embedded single-process mode).
   bool distributed = false;
   /// Cluster secret (empty: none); peers prove they know it before any
@@ -147,6 +160,12 @@ class node_system_config : public caf::actor_system_config {
   caf::timespan peer_loss_timeout = std::chrono::seconds{30};
   /// dice.connect-timeout.
   caf::timespan connect_timeout = std::chrono::seconds{2};
+  /// dice.handshake-timeout.
+  caf::timespan handshake_timeout = std::chrono::seconds{2};
+  /// dice.max-pending.
+  std::size_t max_pending = 64;
+  /// dice.insecure.
+  bool insecure = false;
   /// dice.secret-file: a file holding the cluster secret.
   std::string secret_file;
   /// dice.deterministic: run the embedded (one-process) mode on one thread
@@ -157,7 +176,7 @@ class node_system_config : public caf::actor_system_config {
 /// Builds the node settings from the options and, when dice.node-id is not
 /// given, from SLURM's environment (SLURM_PROCID, SLURM_NTASKS,
 /// SLURM_NODELIST, SLURM_TASKS_PER_NODE; ports from dice.port, default
-/// 50515, plus the task's local index).
+/// 50515, plus the task's local index; refused if that passes 65535).
 caf::expected<node_config> make_node_config(const node_system_config& cfg);
 
 /// Options of `node::run`.
@@ -174,8 +193,11 @@ struct node_run_options {
 /// attached to its peers; runs one role actor.
 class node {
  public:
-  /// Spawns and publishes the bus (reports the port on stdout as
-  /// "dice-node ID listening on port P") and connects to the peers.
+  /// Spawns the bus and listens for peers (reports the port on stdout as
+  /// "dice-node ID listening on port P"): dice accepts each connection
+  /// itself, runs its preamble (net/preamble.hpp) and only then hands the
+  /// socket to CAF's middleman. Refuses to listen beyond loopback with
+  /// neither secret nor TLS unless `insecure`.
   static caf::expected<node> start(caf::actor_system& sys, node_config cfg);
 
   /// Node id.
@@ -207,17 +229,22 @@ class node {
   /// returns its report.
   caf::expected<node_report> run(pipeline pipe, node_run_options opts = {});
 
-  /// Stops the bus.
+  /// Stops listening and stops the bus.
   void stop();
 
  private:
   node(caf::actor_system& sys, node_config cfg)
     : sys_(&sys), cfg_(std::move(cfg)) {}
 
+  // Opens the listener and starts handing authenticated connections to
+  // the gate in front of the bus.
+  caf::error listen();
+
   caf::actor_system* sys_;
   node_config cfg_;
   bus_actor bus_;
   std::uint16_t port_ = 0;
+  std::shared_ptr<net::listener> listener_;
 };
 
 } // namespace dice

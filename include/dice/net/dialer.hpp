@@ -1,0 +1,35 @@
+#pragma once
+
+#include "caf/actor.hpp"
+#include "caf/actor_system.hpp"
+#include "caf/timespan.hpp"
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+namespace dice::net {
+
+/// Settings of a node's dialer.
+struct dialer_config {
+  /// The node's id (for log lines).
+  std::uint32_t node = 0;
+  /// Cluster secret (empty: none).
+  std::string secret;
+  /// Start TLS (CAF's openssl session) after the preamble.
+  bool tls = false;
+  /// Deadline of one attempt: connect, preamble and BASP handshake.
+  caf::timespan connect_timeout = std::chrono::seconds{2};
+};
+
+/// Spawns a node's dialer: it answers `(connect_atom, host, port)` like
+/// CAF's middleman actor does, with `(node_id, strong_actor_ptr,
+/// std::set<std::string>)` or an error, but connects raw, runs dice's
+/// preamble (net/preamble.hpp) and only then hands the socket to BASP.
+/// Each attempt runs in its own detached worker, bounded by
+/// `connect_timeout`, so a slow or silent peer blocks neither the asking
+/// actor nor other attempts. Failures of the secret or the version are
+/// logged as errors and counted (`trust_event::auth_refused`).
+caf::actor spawn_dialer(caf::actor_system& sys, dialer_config cfg);
+
+} // namespace dice::net

@@ -1,0 +1,101 @@
+#pragma once
+
+#include "dice/net/preamble.hpp"
+
+#include "caf/expected.hpp"
+#include "caf/timespan.hpp"
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+namespace dice::net {
+
+/// Settings of a node's listening socket.
+struct listener_config {
+  /// The node's id (for log lines).
+  std::uint32_t node = 0;
+  /// Address to bind ("": every interface).
+  std::string host;
+  /// Port to bind (0: any free port).
+  std::uint16_t port = 0;
+  /// Cluster secret (empty: none).
+  std::string secret;
+  /// A connection that has not finished the preamble by then is closed.
+  caf::timespan handshake_timeout = std::chrono::seconds{2};
+  /// Most connections in the preamble at once; a new one past this closes
+  /// the oldest (see docs/trust.md for why the oldest, not the newest).
+  std::size_t max_pending = 64;
+};
+
+/// Receives a socket that finished the preamble: the listener no longer
+/// owns `fd`. `peer` is the remote address, for logs.
+using handover_fn = std::function<void(int fd, channel ch,
+                                       const std::string& peer)>;
+
+/// A node's listening socket and the thread that runs the preamble on every
+/// accepted connection (poll, non-blocking, no blocking call but the hand-
+/// over). Strangers' bytes stop here: only a connection that finished the
+/// preamble reaches `handover_fn`.
+class listener {
+ public:
+  /// Binds and listens (the thread starts with `start`).
+  static caf::expected<std::unique_ptr<listener>> open(listener_config cfg,
+                                                       handover_fn fn);
+
+  listener(const listener&) = delete;
+  listener& operator=(const listener&) = delete;
+
+  /// Stops the thread and closes every socket.
+  ~listener();
+
+  /// The bound port.
+  std::uint16_t port() const noexcept {
+    return port_;
+  }
+
+  /// True if bound to a loopback address only.
+  bool loopback() const noexcept {
+    return loopback_;
+  }
+
+  /// The bound address, e.g. "127.0.0.1:4242" or "[::]:4242".
+  const std::string& address() const noexcept {
+    return address_;
+  }
+
+  /// Starts the thread.
+  void start();
+
+  /// Stops the thread (idempotent).
+  void stop();
+
+  /// Connections in the preamble right now.
+  std::size_t pending() const noexcept {
+    return pending_.load();
+  }
+
+ private:
+  listener(listener_config cfg, handover_fn fn, int fd);
+
+  void run();
+
+  listener_config cfg_;
+  handover_fn fn_;
+  int fd_ = -1;
+  int wake_[2] = {-1, -1};
+  std::uint16_t port_ = 0;
+  bool loopback_ = false;
+  std::string address_;
+  std::atomic<bool> stop_{false};
+  std::atomic<std::size_t> pending_{0};
+  std::mutex stop_mtx_;
+  std::thread thread_;
+};
+
+} // namespace dice::net

@@ -1,0 +1,115 @@
+#include "dice/net/dialer.hpp"
+
+#include "dice/auth.hpp"
+#include "dice/errc.hpp"
+#include "dice/log.hpp"
+#include "dice/net/handover.hpp"
+#include "dice/net/preamble.hpp"
+#include "dice/net/socket.hpp"
+#include "dice/trust.hpp"
+
+#include "caf/blocking_actor.hpp"
+#include "caf/event_based_actor.hpp"
+#include "caf/node_id.hpp"
+
+#include <unistd.h>
+
+#include <set>
+
+namespace dice::net {
+
+namespace {
+
+using clock_type = deadline_clock;
+
+// Connects and runs the preamble; the socket is ready for BASP.
+caf::expected<int> dial(const dialer_config& cfg, const std::string& host,
+                        std::uint16_t port, clock_type::time_point deadline) {
+  auto where = host + ":" + std::to_string(port);
+  auto fd = connect_tcp(host, port, deadline);
+  if (!fd)
+    return fd.error();
+  preamble_dialer hs{cfg.secret, random_nonce(preamble_nonce_size),
+                     channel::control};
+  auto fail = [&](caf::error err) -> caf::expected<int> {
+    ::close(*fd);
+    return err;
+  };
+  while (hs.state() == preamble_state::running) {
+    if (auto err = send_all(*fd, hs.take_output(), deadline))
+      return fail(std::move(err));
+    auto bytes = recv_exactly(*fd, hs.want(), deadline);
+    if (!bytes)
+      return fail(make_error(errc::handshake_failed,
+                             "preamble with " + where
+                               + " failed: " + render(bytes.error())));
+    hs.feed(bytes->data(), bytes->size());
+  }
+  if (hs.state() == preamble_state::failed) {
+    auto why = hs.error();
+    if (why == preamble_error::bad_proof
+        || why == preamble_error::acceptor_lacks_secret)
+      count(trust_event::auth_refused);
+    return fail(dialer_failure(why, where));
+  }
+  if (auto err = send_all(*fd, hs.take_output(), deadline))
+    return fail(std::move(err));
+  return *fd;
+}
+
+void dial_worker(caf::blocking_actor* self, dialer_config cfg,
+                 caf::actor basp) {
+  self->receive([&](caf::connect_atom, const std::string& host,
+                    std::uint16_t port) {
+    auto rp = self->make_response_promise();
+    auto deadline = clock_type::now() + cfg.connect_timeout;
+    auto where = host + ":" + std::to_string(port);
+    auto report = [&](caf::error err) {
+      // Refusals are configuration errors a user must see; unreachable
+      // peers are retried by the bus and only logged at debug level.
+      if (is(err, errc::unauthorized) || is(err, errc::handshake_failed))
+        log::error(cfg.node,
+                   "handshake with " + where + " refused: " + render(err));
+      else
+        log::debug(cfg.node, "cannot connect to " + where + ": " + render(err));
+      rp.deliver(std::move(err));
+    };
+    auto fd = dial(cfg, host, port, deadline);
+    if (!fd)
+      return report(fd.error());
+    auto scribe = make_scribe(self->system(), *fd, cfg.tls, false);
+    if (!scribe)
+      return report(scribe.error());
+    auto left = std::chrono::duration_cast<caf::timespan>(deadline
+                                                          - clock_type::now());
+    if (left.count() <= 0)
+      left = caf::timespan{1};
+    self
+      ->request(basp, left, caf::connect_atom::value, std::move(*scribe), port)
+      .receive(
+        [&](caf::node_id& nid, caf::strong_actor_ptr& ptr,
+            std::set<std::string>& ifs) {
+          rp.deliver(std::move(nid), std::move(ptr), std::move(ifs));
+        },
+        [&](caf::error& err) {
+          report(std::move(err));
+        });
+  });
+}
+
+} // namespace
+
+caf::actor spawn_dialer(caf::actor_system& sys, dialer_config cfg) {
+  auto basp = basp_broker_of(sys);
+  return sys.spawn([cfg, basp](caf::event_based_actor* self) -> caf::behavior {
+    return {
+      [=](caf::connect_atom atm, std::string& host,
+          std::uint16_t port) -> caf::delegated<caf::message> {
+        auto worker = self->system().spawn(dial_worker, cfg, basp);
+        return self->delegate(worker, atm, std::move(host), port);
+      },
+    };
+  });
+}
+
+} // namespace dice::net

@@ -1,0 +1,224 @@
+#include "dice/net/listener.hpp"
+
+#include "dice/auth.hpp"
+#include "dice/errc.hpp"
+#include "dice/log.hpp"
+#include "dice/net/socket.hpp"
+#include "dice/trust.hpp"
+
+#include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <deque>
+#include <vector>
+
+namespace dice::net {
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+/// A connection in the preamble.
+struct pending_conn {
+  int fd = -1;
+  std::string peer;
+  clock_type::time_point deadline;
+  preamble_acceptor hs;
+  std::string out;
+};
+
+// One log line per reason for the first refusal and every 1024th after it:
+// a stranger hammering the port must not flood the log.
+void note_refusal(std::uint32_t node, trust_event ev, const std::string& what) {
+  count(ev);
+  if (counter(ev) % 1024 == 1)
+    log::warning(node, what);
+}
+
+} // namespace
+
+caf::expected<std::unique_ptr<listener>> listener::open(listener_config cfg,
+                                                        handover_fn fn) {
+  auto fd = listen_tcp(cfg.host, cfg.port);
+  if (!fd)
+    return fd.error();
+  std::unique_ptr<listener> result{
+    new listener(std::move(cfg), std::move(fn), *fd)};
+  if (::pipe2(result->wake_, O_CLOEXEC | O_NONBLOCK) != 0)
+    return make_error(errc::unreachable,
+                      "cannot create a pipe: "
+                        + std::string{std::strerror(errno)});
+  auto local = local_endpoint(*fd);
+  result->port_ = local.port;
+  result->loopback_ = local.loopback;
+  result->address_ = local.address;
+  return result;
+}
+
+listener::listener(listener_config cfg, handover_fn fn, int fd)
+  : cfg_(std::move(cfg)), fn_(std::move(fn)), fd_(fd) {
+  // nop
+}
+
+listener::~listener() {
+  stop();
+  for (auto fd : {fd_, wake_[0], wake_[1]})
+    if (fd >= 0)
+      ::close(fd);
+}
+
+void listener::start() {
+  if (!thread_.joinable())
+    thread_ = std::thread{[this] {
+      run();
+    }};
+}
+
+void listener::stop() {
+  std::lock_guard<std::mutex> guard{stop_mtx_};
+  stop_ = true;
+  if (wake_[1] >= 0) {
+    char c = 0;
+    [[maybe_unused]] auto n = ::write(wake_[1], &c, 1);
+  }
+  if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id())
+    thread_.join();
+}
+
+void listener::run() {
+  std::deque<pending_conn> conns; // oldest first
+  auto close_conn = [&](std::size_t i) {
+    ::close(conns[i].fd);
+    conns.erase(conns.begin() + static_cast<std::ptrdiff_t>(i));
+  };
+  auto timeout = std::chrono::duration_cast<clock_type::duration>(
+    cfg_.handshake_timeout);
+  std::vector<pollfd> fds;
+  while (!stop_) {
+    pending_ = conns.size();
+    fds.clear();
+    fds.push_back(pollfd{wake_[0], POLLIN, 0});
+    fds.push_back(pollfd{fd_, POLLIN, 0});
+    for (auto& c : conns)
+      fds.push_back(
+        pollfd{c.fd, static_cast<short>(c.out.empty() ? POLLIN : POLLOUT), 0});
+    int wait_ms = -1;
+    if (!conns.empty()) {
+      auto first = std::min_element(conns.begin(), conns.end(),
+                                    [](auto& x, auto& y) {
+                                      return x.deadline < y.deadline;
+                                    });
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        first->deadline - clock_type::now());
+      // Round up, so a wake-up never comes before the deadline.
+      wait_ms = static_cast<int>(std::max<long long>(0, left.count() + 1));
+    }
+    if (::poll(fds.data(), fds.size(), wait_ms) < 0 && errno != EINTR)
+      break;
+    if (stop_)
+      break;
+    if (fds[0].revents != 0) {
+      char buf[64];
+      while (::read(wake_[0], buf, sizeof(buf)) > 0)
+        ; // drain
+    }
+    // Work on the connections polled above (accepted ones come after).
+    auto now = clock_type::now();
+    std::vector<std::size_t> gone;
+    for (std::size_t i = 0; i < conns.size(); ++i) {
+      auto& c = conns[i];
+      auto rev = fds[i + 2].revents;
+      if (c.deadline <= now) {
+        note_refusal(cfg_.node, trust_event::preamble_timeout,
+                     "closed a connection from " + c.peer
+                       + ": no dice preamble within the time limit");
+        gone.push_back(i);
+        continue;
+      }
+      if (rev == 0)
+        continue;
+      if (!c.out.empty()) {
+        if (!send_some(c.fd, c.out)) {
+          gone.push_back(i);
+          continue;
+        }
+      } else {
+        char buf[128];
+        auto want = std::min(c.hs.want(), sizeof(buf));
+        auto n = ::recv(c.fd, buf, want, 0);
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+          log::debug(cfg_.node,
+                     "connection from " + c.peer
+                       + " closed during the preamble");
+          gone.push_back(i);
+          continue;
+        }
+        if (n < 0)
+          continue;
+        c.hs.feed(buf, static_cast<std::size_t>(n));
+        c.out += c.hs.take_output();
+        if (!c.out.empty() && !send_some(c.fd, c.out)) {
+          gone.push_back(i);
+          continue;
+        }
+      }
+      auto st = c.hs.state();
+      if (st == preamble_state::failed) {
+        auto why = c.hs.error();
+        auto ev = why == preamble_error::bad_proof
+            || why == preamble_error::dialer_lacks_secret
+          ? trust_event::auth_refused
+          : trust_event::preamble_rejected;
+        note_refusal(cfg_.node, ev,
+                     "refused a connection from " + c.peer + ": "
+                       + to_string(why));
+        // The reply (the reason) is best effort; close at once.
+        gone.push_back(i);
+      } else if (st == preamble_state::done && c.out.empty()) {
+        auto fd = c.fd;
+        c.fd = -1;
+        log::debug(cfg_.node,
+                   "connection from " + c.peer + " passed the preamble");
+        fn_(fd, c.hs.chosen(), c.peer);
+        gone.push_back(i);
+      }
+    }
+    for (auto i = gone.rbegin(); i != gone.rend(); ++i) {
+      if (conns[*i].fd >= 0)
+        ::close(conns[*i].fd);
+      conns.erase(conns.begin() + static_cast<std::ptrdiff_t>(*i));
+    }
+    if (fds[1].revents == 0)
+      continue;
+    for (;;) {
+      auto x = accept_nonblocking(fd_);
+      if (!x)
+        break;
+      if (cfg_.max_pending > 0 && conns.size() >= cfg_.max_pending) {
+        note_refusal(cfg_.node, trust_event::pending_evicted,
+                     "too many connections in the preamble ("
+                       + std::to_string(conns.size())
+                       + "): closed the oldest, from " + conns.front().peer);
+        close_conn(0);
+      }
+      conns.push_back(pending_conn{
+        x->fd,
+        std::move(x->peer),
+        clock_type::now() + timeout,
+        preamble_acceptor{cfg_.secret, random_nonce(preamble_nonce_size)},
+        {}});
+    }
+  }
+  for (auto& c : conns)
+    if (c.fd >= 0)
+      ::close(c.fd);
+  pending_ = 0;
+}
+
+} // namespace dice::net
