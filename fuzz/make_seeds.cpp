@@ -5,6 +5,7 @@
 #include "dice/messages/model_snapshot.hpp"
 #include "dice/messages/payload.hpp"
 #include "dice/messages/peer_hello.hpp"
+#include "dice/net/preamble.hpp"
 
 #include "caf/binary_serializer.hpp"
 #include "caf/make_message.hpp"
@@ -97,5 +98,33 @@ int main(int argc, char** argv) {
   text("slurm_hosts", "n[01-03,7],gpu[1-2]x,c");
   text("slurm_tasks", "2(x3),1");
   text("roles", "learner,collector");
+  // Genuine preamble exchanges with preamble_fuzz's fixed nonces and secret
+  // (mode byte: bit 0 secret, bit 1 dialer side, bits 2-7 chunk size - 1).
+  auto pre = root + "/preamble";
+  auto exchange = [](const std::string& key) {
+    dice::net::preamble_dialer d{key, std::string(32, '\x11'),
+                                 dice::net::channel::control};
+    dice::net::preamble_acceptor a{key, std::string(32, '\x22')};
+    auto d1 = d.take_output();
+    a.feed(d1.data(), d1.size());
+    auto a1 = a.take_output();
+    d.feed(a1.data(), a1.size());
+    auto d2 = d.take_output();
+    return std::make_pair(d1 + d2, a1);
+  };
+  auto bytes = [&](const std::string& name, std::uint8_t mode,
+                   const std::string& data) {
+    write(pre + "/" + name, mode, data.data(), data.size());
+  };
+  auto with = exchange("0123456789abcdef0123456789abcdef");
+  auto without = exchange("");
+  bytes("acceptor_secret", (39 << 2) | 1, with.first);
+  bytes("acceptor_secret_bytewise", 1, with.first);
+  bytes("acceptor_plain", 39 << 2, without.first);
+  bytes("dialer_secret", (63 << 2) | 3, with.second);
+  bytes("dialer_plain", (63 << 2) | 2, without.second);
+  std::string basp(32, '\0');
+  basp[0] = 1; // CAF 0.17's crash frame: a client handshake, no payload
+  bytes("basp_crash_frame", (31 << 2) | 1, basp);
   return 0;
 }
