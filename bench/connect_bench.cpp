@@ -1,0 +1,179 @@
+// Connection set-up between two dice nodes on loopback, with baselines
+// measured in the same run: a raw TCP connect plus one round trip, and the
+// path dice used before its preamble (CAF's own publish and connect, the
+// bus handshake on top).
+//
+//   connect_bench [--rounds R] [--secret 0|1]
+//
+// Each round starts a fresh client actor system (CAF reuses a connection
+// between two systems), attaches its bus to the server's and times attach
+// -> connected peer (the client bus answers `peers(1)`). One JSON line out:
+// medians in seconds.
+
+#include "dice/actors/gate.hpp"
+#include "dice/actors/node.hpp"
+#include "dice/errc.hpp"
+#include "dice/log.hpp"
+
+#include "caf/actor_system.hpp"
+#include "caf/io/middleman.hpp"
+#include "caf/scoped_actor.hpp"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using clk = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+long num(int argc, char** argv, const std::string& name, long fallback) {
+  for (int i = 1; i + 1 < argc; ++i)
+    if (argv[i] == "--" + name)
+      return std::stol(argv[i + 1]);
+  return fallback;
+}
+
+double median(std::vector<double> xs) {
+  std::sort(xs.begin(), xs.end());
+  return xs[xs.size() / 2];
+}
+
+// Raw TCP: connect, one byte there and back.
+std::vector<double> tcp_rounds(long rounds) {
+  int ls = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(ls, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  ::getsockname(ls, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::listen(ls, 16);
+  std::thread echo{[&] {
+    for (long r = 0; r < rounds; ++r) {
+      int s = ::accept(ls, nullptr, nullptr);
+      char c;
+      if (::read(s, &c, 1) == 1 && ::write(s, &c, 1) != 1)
+        break;
+      ::close(s);
+    }
+  }};
+  std::vector<double> times;
+  for (long r = 0; r < rounds; ++r) {
+    auto t0 = clk::now();
+    int s = ::socket(AF_INET, SOCK_STREAM, 0);
+    ::connect(s, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+    char c = 1;
+    if (::write(s, &c, 1) != 1 || ::read(s, &c, 1) != 1)
+      break;
+    times.push_back(std::chrono::duration<double>(clk::now() - t0).count());
+    ::close(s);
+  }
+  echo.join();
+  ::close(ls);
+  return times;
+}
+
+// Times attach -> connected peer of a client bus spawned by `make_bus` in
+// a fresh actor system, once per round.
+template <class MakeBus>
+std::vector<double> attach_rounds(long rounds, std::uint16_t port,
+                                  MakeBus make_bus) {
+  std::vector<double> times;
+  for (long r = 0; r < rounds; ++r) {
+    dice::node_system_config cfg;
+    caf::actor_system sys{cfg};
+    auto bus = make_bus(sys, static_cast<std::uint32_t>(r + 1));
+    caf::scoped_actor self{sys};
+    auto t0 = clk::now();
+    self->send(bus, dice::attach_atom::value, std::string{"127.0.0.1"}, port);
+    bool ok = false;
+    self->request(bus, 10s, dice::peers_atom::value, std::uint32_t{1})
+      .receive(
+        [&](std::uint32_t) {
+          ok = true;
+        },
+        [](caf::error&) {});
+    auto t = std::chrono::duration<double>(clk::now() - t0).count();
+    caf::anon_send_exit(bus, caf::exit_reason::user_shutdown);
+    if (!ok) {
+      std::fprintf(stderr, "round %ld: no connection\n", r);
+      std::exit(3);
+    }
+    times.push_back(t);
+  }
+  return times;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  auto rounds = num(argc, argv, "rounds", 20);
+  auto with_secret = num(argc, argv, "secret", 1) != 0;
+  dice::log::set_threshold(dice::log::level::error);
+  std::string secret = with_secret ? "0123456789abcdef0123456789abcdef" : "";
+  dice::node_system_config server_cfg;
+  caf::actor_system server_sys{server_cfg};
+  // dice: node::start on both sides (listener, preamble, hand-over).
+  dice::node_config sc;
+  sc.id = 0;
+  sc.host = "127.0.0.1";
+  sc.distributed = true;
+  sc.secret = secret;
+  sc.peer_loss_timeout = std::chrono::hours{1};
+  auto server = dice::node::start(server_sys, sc);
+  if (!server) {
+    std::fprintf(stderr, "server: %s\n", dice::render(server.error()).c_str());
+    return 1;
+  }
+  auto dice_times = attach_rounds(
+    rounds, server->port(), [&](caf::actor_system& sys, std::uint32_t id) {
+      dice::node_config cc;
+      cc.id = id;
+      cc.listen = false;
+      cc.distributed = true;
+      cc.secret = secret;
+      cc.peer_loss_timeout = std::chrono::hours{1};
+      auto client = dice::node::start(sys, cc);
+      if (!client)
+        std::exit(2);
+      return client->bus();
+    });
+  server->stop();
+  // caf: the bus's gate published with CAF's own publish, peers dialled by
+  // CAF's own connect (what node::start did before the preamble).
+  dice::bus_config bc;
+  bc.node = 0;
+  bc.secret = secret;
+  auto bus = server_sys.spawn(dice::bus, bc);
+  auto gate = dice::spawn_gate(server_sys, bus);
+  auto port = server_sys.middleman().publish(gate, 0, "127.0.0.1", true);
+  if (!port)
+    return 1;
+  auto caf_times = attach_rounds(rounds, *port,
+                                 [&](caf::actor_system& sys, std::uint32_t id) {
+                                   dice::bus_config cc;
+                                   cc.node = id + 1000;
+                                   cc.secret = secret;
+                                   return sys.spawn(dice::bus, cc);
+                                 });
+  caf::anon_send_exit(bus, caf::exit_reason::user_shutdown);
+  auto tcp = tcp_rounds(rounds);
+  std::printf("{\"mode\":\"connect\",\"secret\":%d,\"rounds\":%ld,"
+              "\"connect_s\":%.6f,\"connect_max_s\":%.6f,"
+              "\"caf_connect_s\":%.6f,\"tcp_s\":%.6f}\n",
+              with_secret ? 1 : 0, rounds, median(dice_times),
+              *std::max_element(dice_times.begin(), dice_times.end()),
+              median(caf_times), median(tcp));
+  return 0;
+}
