@@ -100,11 +100,15 @@ void listener::run() {
   auto timeout = std::chrono::duration_cast<clock_type::duration>(
     cfg_.handshake_timeout);
   std::vector<pollfd> fds;
+  // Out of file descriptors the listening socket stays readable: accepting
+  // pauses briefly instead of spinning.
+  auto accept_paused_until = clock_type::time_point{};
   while (!stop_) {
     pending_ = conns.size();
     fds.clear();
     fds.push_back(pollfd{wake_[0], POLLIN, 0});
-    fds.push_back(pollfd{fd_, POLLIN, 0});
+    auto paused = clock_type::now() < accept_paused_until;
+    fds.push_back(pollfd{fd_, static_cast<short>(paused ? 0 : POLLIN), 0});
     for (auto& c : conns)
       fds.push_back(
         pollfd{c.fd, static_cast<short>(c.out.empty() ? POLLIN : POLLOUT), 0});
@@ -118,6 +122,14 @@ void listener::run() {
         first->deadline - clock_type::now());
       // Round up, so a wake-up never comes before the deadline.
       wait_ms = static_cast<int>(std::max<long long>(0, left.count() + 1));
+    }
+    if (paused) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                    accept_paused_until - clock_type::now())
+                    .count()
+        + 1;
+      wait_ms = wait_ms < 0 ? static_cast<int>(left)
+                            : std::min(wait_ms, static_cast<int>(left));
     }
     if (::poll(fds.data(), fds.size(), wait_ms) < 0 && errno != EINTR)
       break;
@@ -198,8 +210,17 @@ void listener::run() {
       continue;
     for (;;) {
       auto x = accept_nonblocking(fd_);
-      if (!x)
+      if (!x) {
+        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS
+            || errno == ENOMEM) {
+          log::warning(cfg_.node,
+                       std::string{"cannot accept: "} + std::strerror(errno)
+                         + "; pausing for 100 ms");
+          accept_paused_until = clock_type::now()
+            + std::chrono::milliseconds{100};
+        }
         break;
+      }
       if (cfg_.max_pending > 0 && conns.size() >= cfg_.max_pending) {
         note_refusal(cfg_.node, trust_event::pending_evicted,
                      "too many connections in the preamble ("

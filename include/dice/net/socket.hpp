@@ -38,7 +38,8 @@ struct accepted {
   std::string peer;
 };
 
-/// Accepts one pending connection (nullopt: none now).
+/// Accepts one pending connection (nullopt: none now, or an error in
+/// errno).
 std::optional<accepted> accept_nonblocking(int listen_fd);
 
 /// Sends what it can of `buf` without blocking and drops it from `buf`;
