@@ -24,15 +24,6 @@ namespace {
 
 using clock_type = std::chrono::steady_clock;
 
-/// A connection in the preamble.
-struct pending_conn {
-  int fd = -1;
-  std::string peer;
-  clock_type::time_point deadline;
-  preamble_acceptor hs;
-  std::string out;
-};
-
 // One log line per reason for the first refusal and every 1024th after it:
 // a stranger hammering the port must not flood the log.
 void note_refusal(std::uint32_t node, trust_event ev, const std::string& what) {
@@ -42,6 +33,15 @@ void note_refusal(std::uint32_t node, trust_event ev, const std::string& what) {
 }
 
 } // namespace
+
+/// A connection in the preamble.
+struct listener::pending_conn {
+  int fd = -1;
+  std::string peer;
+  clock_type::time_point deadline;
+  preamble_acceptor hs;
+  std::string out;
+};
 
 caf::expected<std::unique_ptr<listener>> listener::open(listener_config cfg,
                                                         handover_fn fn) {
@@ -89,6 +89,48 @@ void listener::stop() {
   }
   if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id())
     thread_.join();
+}
+
+bool listener::advance(pending_conn& c) {
+  if (!c.out.empty()) {
+    if (!send_some(c.fd, c.out))
+      return false;
+  } else {
+    char buf[128];
+    auto want = std::min(c.hs.want(), sizeof(buf));
+    auto n = ::recv(c.fd, buf, want, 0);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+      log::debug(cfg_.node,
+                 "connection from " + c.peer + " closed during the preamble");
+      return false;
+    }
+    if (n < 0)
+      return true;
+    c.hs.feed(buf, static_cast<std::size_t>(n));
+    c.out += c.hs.take_output();
+    if (!c.out.empty() && !send_some(c.fd, c.out))
+      return false;
+  }
+  auto st = c.hs.state();
+  if (st == preamble_state::failed) {
+    auto why = c.hs.error();
+    auto ev = why == preamble_error::bad_proof
+        || why == preamble_error::dialer_lacks_secret
+      ? trust_event::auth_refused
+      : trust_event::preamble_rejected;
+    note_refusal(cfg_.node, ev,
+                 "refused a connection from " + c.peer + ": " + to_string(why));
+    // The reply (the reason) is best effort; close at once.
+    return false;
+  }
+  if (st == preamble_state::done && c.out.empty()) {
+    auto fd = c.fd;
+    c.fd = -1;
+    log::debug(cfg_.node, "connection from " + c.peer + " passed the preamble");
+    fn_(fd, c.hs.chosen(), c.peer);
+    return false;
+  }
+  return true;
 }
 
 void listener::run() {
@@ -145,59 +187,12 @@ void listener::run() {
     std::vector<std::size_t> gone;
     for (std::size_t i = 0; i < conns.size(); ++i) {
       auto& c = conns[i];
-      auto rev = fds[i + 2].revents;
       if (c.deadline <= now) {
         note_refusal(cfg_.node, trust_event::preamble_timeout,
                      "closed a connection from " + c.peer
                        + ": no dice preamble within the time limit");
         gone.push_back(i);
-        continue;
-      }
-      if (rev == 0)
-        continue;
-      if (!c.out.empty()) {
-        if (!send_some(c.fd, c.out)) {
-          gone.push_back(i);
-          continue;
-        }
-      } else {
-        char buf[128];
-        auto want = std::min(c.hs.want(), sizeof(buf));
-        auto n = ::recv(c.fd, buf, want, 0);
-        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
-          log::debug(cfg_.node,
-                     "connection from " + c.peer
-                       + " closed during the preamble");
-          gone.push_back(i);
-          continue;
-        }
-        if (n < 0)
-          continue;
-        c.hs.feed(buf, static_cast<std::size_t>(n));
-        c.out += c.hs.take_output();
-        if (!c.out.empty() && !send_some(c.fd, c.out)) {
-          gone.push_back(i);
-          continue;
-        }
-      }
-      auto st = c.hs.state();
-      if (st == preamble_state::failed) {
-        auto why = c.hs.error();
-        auto ev = why == preamble_error::bad_proof
-            || why == preamble_error::dialer_lacks_secret
-          ? trust_event::auth_refused
-          : trust_event::preamble_rejected;
-        note_refusal(cfg_.node, ev,
-                     "refused a connection from " + c.peer + ": "
-                       + to_string(why));
-        // The reply (the reason) is best effort; close at once.
-        gone.push_back(i);
-      } else if (st == preamble_state::done && c.out.empty()) {
-        auto fd = c.fd;
-        c.fd = -1;
-        log::debug(cfg_.node,
-                   "connection from " + c.peer + " passed the preamble");
-        fn_(fd, c.hs.chosen(), c.peer);
+      } else if (fds[i + 2].revents != 0 && !advance(c)) {
         gone.push_back(i);
       }
     }
@@ -234,6 +229,10 @@ void listener::run() {
         clock_type::now() + timeout,
         preamble_acceptor{cfg_.secret, random_nonce(preamble_nonce_size)},
         {}});
+      // The dialer sends its hello right after connecting: it is often
+      // here already, which saves a round through poll.
+      if (!advance(conns.back()))
+        close_conn(conns.size() - 1);
     }
   }
   for (auto& c : conns)

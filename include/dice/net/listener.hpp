@@ -81,9 +81,16 @@ class listener {
   }
 
  private:
+  struct pending_conn;
+
   listener(listener_config cfg, handover_fn fn, int fd);
 
   void run();
+
+  // Reads or writes what a connection in the preamble is ready for, and
+  // hands it over once done; false: it is finished here (closed or handed
+  // over).
+  bool advance(pending_conn& c);
 
   listener_config cfg_;
   handover_fn fn_;
