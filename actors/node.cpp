@@ -15,6 +15,8 @@
 #include "caf/openssl/manager.hpp"
 #include "caf/scoped_actor.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <iostream>
@@ -444,7 +446,13 @@ caf::error node::listen() {
   // Runs on the listener's thread for each connection that finished the
   // preamble: only then does CAF get the socket.
   auto handover = [&sys, basp, gate, sigs, tls, port,
-                   node_id](int fd, net::channel, const std::string& peer) {
+                   node_id](int fd, net::channel ch, const std::string& peer) {
+    // Only the control channel exists yet (the listener refuses others);
+    // a new channel is routed here.
+    if (ch != net::channel::control) {
+      ::close(fd);
+      return;
+    }
     auto scribe = net::make_scribe(sys, fd, tls, true);
     if (!scribe) {
       log::warning(node_id,

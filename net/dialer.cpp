@@ -25,7 +25,6 @@ using clock_type = deadline_clock;
 // Connects and runs the preamble; the socket is ready for BASP.
 caf::expected<int> dial(const dialer_config& cfg, const std::string& host,
                         std::uint16_t port, clock_type::time_point deadline) {
-  auto where = host + ":" + std::to_string(port);
   auto fd = connect_tcp(host, port, deadline);
   if (!fd)
     return fd.error();
@@ -39,10 +38,12 @@ caf::expected<int> dial(const dialer_config& cfg, const std::string& host,
     if (auto err = send_all(*fd, hs.take_output(), deadline))
       return fail(std::move(err));
     auto bytes = recv_exactly(*fd, hs.want(), deadline);
+    // Closed or silent in the middle of the preamble: another dice
+    // version, not dice, or a peer that cut us off (time limit, cap).
     if (!bytes)
-      return fail(make_error(errc::handshake_failed,
-                             "preamble with " + where
-                               + " failed: " + render(bytes.error())));
+      return fail(
+        make_error(errc::handshake_failed,
+                   "no preamble from the peer: " + render(bytes.error())));
     hs.feed(bytes->data(), bytes->size());
   }
   if (hs.state() == preamble_state::failed) {
@@ -50,7 +51,7 @@ caf::expected<int> dial(const dialer_config& cfg, const std::string& host,
     if (why == preamble_error::bad_proof
         || why == preamble_error::acceptor_lacks_secret)
       count(trust_event::auth_refused);
-    return fail(dialer_failure(why, where));
+    return fail(dialer_failure(why));
   }
   if (auto err = send_all(*fd, hs.take_output(), deadline))
     return fail(std::move(err));

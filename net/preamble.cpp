@@ -238,35 +238,31 @@ std::string preamble_dialer::take_output() {
   return result;
 }
 
-caf::error dialer_failure(preamble_error why, const std::string& where) {
+caf::error dialer_failure(preamble_error why) {
   switch (why) {
     case preamble_error::version:
       return make_error(errc::handshake_failed,
-                        where
-                          + " speaks another dice preamble version (this "
-                            "node: v"
+                        "the peer speaks another dice preamble version (this "
+                        "node: v"
                           + std::to_string(preamble_version) + ")");
     case preamble_error::dialer_lacks_secret:
       return make_error(errc::unauthorized,
-                        where
-                          + " requires the cluster secret and this node has "
-                            "none (--dice.secret-file)");
+                        "the peer requires the cluster secret and this node "
+                        "has none (--dice.secret-file)");
     case preamble_error::acceptor_lacks_secret:
       return make_error(errc::unauthorized,
-                        where
-                          + " has no cluster secret; this node has one and "
-                            "refuses it");
+                        "the peer has no cluster secret; this node has one "
+                        "and refuses it");
     case preamble_error::bad_proof:
       return make_error(errc::unauthorized,
-                        where + " does not know the cluster secret");
+                        "the peer does not know the cluster secret");
     case preamble_error::unknown_channel:
       return make_error(errc::handshake_failed,
-                        where + " does not serve the requested channel");
+                        "the peer does not serve the requested channel");
     default:
       return make_error(errc::handshake_failed,
-                        where
-                          + " did not answer with dice's preamble (not a "
-                            "dice node of this version?)");
+                        "the peer did not answer with dice's preamble (not a "
+                        "dice node of this version?)");
   }
 }
 

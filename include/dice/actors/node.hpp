@@ -197,7 +197,9 @@ class node {
   /// "dice-node ID listening on port P"): dice accepts each connection
   /// itself, runs its preamble (net/preamble.hpp) and only then hands the
   /// socket to CAF's middleman. Refuses to listen beyond loopback with
-  /// neither secret nor TLS unless `insecure`.
+  /// neither secret nor TLS unless `insecure`. The node (and its copies)
+  /// owns the listener: it accepts peers until `stop` or until the last
+  /// copy is gone.
   static caf::expected<node> start(caf::actor_system& sys, node_config cfg);
 
   /// Node id.

@@ -184,8 +184,7 @@ class preamble_dialer {
   preamble_error error_ = preamble_error::none;
 };
 
-/// A `dice::errc` error for a failed preamble, phrased for the dialer's log
-/// (`where`: the peer's address).
-caf::error dialer_failure(preamble_error why, const std::string& where);
+/// A `dice::errc` error for a failed preamble, phrased for the dialer's log.
+caf::error dialer_failure(preamble_error why);
 
 } // namespace dice::net
