@@ -22,14 +22,15 @@ namespace {
 
 using clock_type = deadline_clock;
 
-// Connects and runs the preamble; the socket is ready for BASP.
+// Connects and runs the preamble for channel `ch`; the socket is left at
+// the channel's first byte (for control: ready for BASP).
 caf::expected<int> dial(const dialer_config& cfg, const std::string& host,
-                        std::uint16_t port, clock_type::time_point deadline) {
+                        std::uint16_t port, channel ch,
+                        clock_type::time_point deadline) {
   auto fd = connect_tcp(host, port, deadline);
   if (!fd)
     return fd.error();
-  preamble_dialer hs{cfg.secret, random_nonce(preamble_nonce_size),
-                     channel::control};
+  preamble_dialer hs{cfg.secret, random_nonce(preamble_nonce_size), ch};
   auto fail = [&](caf::error err) -> caf::expected<int> {
     ::close(*fd);
     return err;
@@ -75,7 +76,7 @@ void dial_worker(caf::blocking_actor* self, dialer_config cfg,
         log::debug(cfg.node, "cannot connect to " + where + ": " + render(err));
       rp.deliver(std::move(err));
     };
-    auto fd = dial(cfg, host, port, deadline);
+    auto fd = dial(cfg, host, port, channel::control, deadline);
     if (!fd)
       return report(fd.error());
     auto scribe = make_scribe(self->system(), *fd, cfg.tls, false);
