@@ -339,8 +339,12 @@ caf::expected<learner_group> learner_group::create(learner_group_config cfg) {
   if (cfg.rank < 0 || cfg.rank >= cfg.size)
     return bad("rank " + std::to_string(cfg.rank) + " is outside 0.."
                + std::to_string(cfg.size - 1));
-  if (cfg.timeout.count() <= 0 || cfg.join_timeout.count() <= 0)
-    return bad("timeouts must be positive");
+  if (cfg.timeout.count() <= 0)
+    return bad("the collective timeout must be positive");
+  // TCPStore 1.13 truncates its connect deadline to whole seconds: below
+  // one second it gives up before trying.
+  if (cfg.join_timeout < std::chrono::seconds{1})
+    return bad("join_timeout must be at least 1 s");
   if (cfg.bucket_bytes == 0)
     return bad("bucket_bytes must be positive");
   if (cfg.threads < 1)
@@ -481,6 +485,10 @@ caf::error learner_group::join() {
 std::uint16_t learner_group::store_port() const noexcept {
   std::lock_guard<std::mutex> guard{impl_->mtx};
   return impl_->port;
+}
+
+const learner_group_config& learner_group::config() const noexcept {
+  return impl_->cfg;
 }
 
 int learner_group::rank() const noexcept {

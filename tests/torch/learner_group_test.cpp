@@ -23,7 +23,6 @@
 namespace {
 
 using namespace std::chrono_literals;
-using clock_type = std::chrono::steady_clock;
 using dice::errc;
 using dice::learner_group;
 using dice::learner_group_config;
@@ -48,10 +47,6 @@ learner_group_config config(int rank, int size, std::uint16_t port,
   return c;
 }
 
-double ms_since(clock_type::time_point t0) {
-  return std::chrono::duration<double, std::milli>(clock_type::now() - t0)
-    .count();
-}
 
 // Forms a group of `base.size` ranks, one thread each (rank 0 hosts the
 // store on an ephemeral port), and runs `body(rank, group)` in each thread.
@@ -203,8 +198,9 @@ TEST(LearnerGroup, BucketedAndFlatAgree) {
     auto differ = (a != b).sum().item<std::int64_t>();
     RecordProperty("differing_elements_L" + std::to_string(n),
                    std::to_string(differ) + "/" + std::to_string(count));
-    if (n == 2)
+    if (n == 2) {
       EXPECT_EQ(differ, 0) << "L=2 must agree bitwise";
+    }
     // Two summation orders of n floats differ by at most (n - 1) roundings
     // of partial sums, each within eps/2 of sum |x_r|, then divided by n.
     auto abs_sum = torch::zeros({count});

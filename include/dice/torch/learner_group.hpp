@@ -76,7 +76,8 @@ struct learner_group_config {
   /// Counts re-formations; keys in the store are prefixed with it, so a
   /// learner of an older generation can never join a newer group.
   std::uint64_t generation = 0;
-  /// Deadline for forming the group (all ranks at the store, all connected).
+  /// Deadline for forming the group (all ranks at the store, all connected);
+  /// at least 1 s (TCPStore counts its connect deadline in whole seconds).
   std::chrono::milliseconds join_timeout{30000};
   /// Deadline for each collective: a rank that stops answering ends the
   /// step on every other rank with `errc::timeout` after this long.
@@ -123,6 +124,9 @@ class learner_group {
 
   /// The port rank 0's store listens on (0 on other ranks, or once closed).
   std::uint16_t store_port() const noexcept;
+
+  /// The config this group was created with.
+  const learner_group_config& config() const noexcept;
 
   /// This learner's rank.
   int rank() const noexcept;
