@@ -3,13 +3,17 @@
 // Shared by the learner-group tests: a small net, one training step on
 // rank-specific data, and the raw bytes of a module.
 
+#include "dice/errc.hpp"
 #include "dice/torch/learner_group.hpp"
 
+#include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace dice::test {
@@ -58,6 +62,61 @@ inline caf::error train_step(learner_group& g, tiny_net& net,
     return err;
   opt.step();
   return caf::none;
+}
+
+/// A config for tests: loopback, short timeouts, 2 KiB buckets (the tiny
+/// net then spans several buckets, some holding several gradients and some
+/// one gradient reduced in place).
+inline learner_group_config
+test_config(int rank, int size, std::uint16_t port,
+            reduce_mode mode = reduce_mode::bucketed) {
+  learner_group_config c;
+  c.rank = rank;
+  c.size = size;
+  c.store_port = port;
+  c.mode = mode;
+  c.bucket_bytes = 2048;
+  c.timeout = std::chrono::seconds{10};
+  c.join_timeout = std::chrono::seconds{30};
+  return c;
+}
+
+/// Forms a group of `base.size` ranks, one thread each (rank 0 hosts the
+/// store on an ephemeral port), and runs `body(rank, group)` in each.
+template <class Body>
+void with_group(learner_group_config base, Body body) {
+  auto c0 = base;
+  c0.rank = 0;
+  c0.store_port = 0;
+  auto g0 = learner_group::create(c0);
+  ASSERT_TRUE(g0) << render(g0.error());
+  auto port = g0->store_port();
+  ASSERT_NE(port, 0);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < base.size; ++r)
+    threads.emplace_back([&, r] {
+      if (r == 0) {
+        auto err = g0->join();
+        ASSERT_FALSE(err) << render(err);
+        body(0, *g0);
+        return;
+      }
+      auto c = base;
+      c.rank = r;
+      c.store_port = port;
+      auto g = learner_group::form(c);
+      ASSERT_TRUE(g) << render(g.error());
+      body(r, *g);
+    });
+  for (auto& t : threads)
+    t.join();
+}
+
+/// The error of `x`, none if it holds a value (error() alone is undefined
+/// then).
+template <class T>
+caf::error error_of(const caf::expected<T>& x) {
+  return x ? caf::error{} : x.error();
 }
 
 /// Every parameter and buffer, concatenated as raw bytes.

@@ -29,56 +29,10 @@ using dice::learner_group_config;
 using dice::reduce_mode;
 using dice::test::make_net;
 using dice::test::module_bytes;
+using dice::test::test_config;
 using dice::test::tiny_net;
 using dice::test::train_step;
-
-learner_group_config config(int rank, int size, std::uint16_t port,
-                            reduce_mode mode = reduce_mode::bucketed) {
-  learner_group_config c;
-  c.rank = rank;
-  c.size = size;
-  c.store_port = port;
-  c.mode = mode;
-  // Small buckets: the tiny net then spans several buckets, some holding
-  // several gradients and some one gradient reduced in place.
-  c.bucket_bytes = 2048;
-  c.timeout = 10s;
-  c.join_timeout = 30s;
-  return c;
-}
-
-
-// Forms a group of `base.size` ranks, one thread each (rank 0 hosts the
-// store on an ephemeral port), and runs `body(rank, group)` in each thread.
-template <class Body>
-void with_group(learner_group_config base, Body body) {
-  auto n = base.size;
-  auto c0 = base;
-  c0.rank = 0;
-  c0.store_port = 0;
-  auto g0 = learner_group::create(c0);
-  ASSERT_TRUE(g0) << dice::render(g0.error());
-  auto port = g0->store_port();
-  ASSERT_NE(port, 0);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r)
-    threads.emplace_back([&, r] {
-      if (r == 0) {
-        auto err = g0->join();
-        ASSERT_FALSE(err) << dice::render(err);
-        body(0, *g0);
-        return;
-      }
-      auto c = base;
-      c.rank = r;
-      c.store_port = port;
-      auto g = learner_group::form(c);
-      ASSERT_TRUE(g) << dice::render(g.error());
-      body(r, *g);
-    });
-  for (auto& t : threads)
-    t.join();
-}
+using dice::test::with_group;
 
 // Value of gradient element `e` of parameter `j` on rank `r`: small
 // multiples of 1/4, so that every sum is exact in float.
@@ -98,7 +52,7 @@ class LearnerGroupExact : public testing::TestWithParam<exact_case> {};
 TEST_P(LearnerGroupExact, AveragesGradientsExactly) {
   auto [n, mode] = GetParam();
   std::vector<std::vector<std::vector<float>>> result(n);
-  with_group(config(0, n, 0, mode), [&](int r, learner_group& g) {
+  with_group(test_config(0, n, 0, mode), [&](int r, learner_group& g) {
     auto net = make_net(1);
     auto params = net->parameters();
     for (std::size_t j = 0; j < params.size(); ++j) {
@@ -158,7 +112,7 @@ torch::Tensor random_grads(int r) {
 // Each mode's averages of random_grads, per rank.
 std::vector<std::string> average_random(int n, reduce_mode mode) {
   std::vector<std::string> result(n);
-  with_group(config(0, n, 0, mode), [&](int r, learner_group& g) {
+  with_group(test_config(0, n, 0, mode), [&](int r, learner_group& g) {
     auto net = make_net(1);
     auto flat = random_grads(r);
     std::int64_t off = 0;
@@ -224,7 +178,7 @@ TEST_P(LearnerGroupSteps, ParametersStayIdenticalAcrossSteps) {
   std::vector<std::vector<std::uint64_t>> digests(
     steps + 1, std::vector<std::uint64_t>(n));
   std::vector<std::string> before(n);
-  with_group(config(0, n, 0, mode), [&](int r, learner_group& g) {
+  with_group(test_config(0, n, 0, mode), [&](int r, learner_group& g) {
     auto net = make_net(10 + r); // every rank starts different
     before[r] = module_bytes(*net);
     torch::optim::Adam opt{net->parameters(), torch::optim::AdamOptions(1e-2)};
