@@ -2,6 +2,7 @@
 
 #include "dice/errc.hpp"
 #include "dice/messages/snapshot_chunk.hpp"
+#include "dice/trust.hpp"
 
 #include "caf/binary_deserializer.hpp"
 #include "caf/binary_serializer.hpp"
@@ -13,6 +14,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -328,46 +330,54 @@ caf::expected<storage_ref> store_bytes(const storage_options& opts,
 
 namespace {
 
-// Opens what `ref` points at, checks host and size; fd < 0 afterwards only
-// with an error.
+// Opens what `ref` points at, checks host, kind and size; fd < 0 afterwards
+// only with an error. Never follows a symlink (O_NOFOLLOW) and never blocks
+// (O_NONBLOCK: opening a FIFO for reading would wait for a writer for ever);
+// only a regular file is read.
 caf::error open_storage(const storage_ref& ref, int& fd, std::size_t& size) {
   fd = -1;
+  constexpr int flags = O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK;
   if (ref.kind == storage_kind::shm) {
     if (ref.host != this_host())
       return make_error(errc::storage_failed,
                         "shared memory " + ref.path + " lives on host "
                           + ref.host + ", this is " + this_host());
-    fd = ::shm_open(ref.path.c_str(), O_RDONLY | O_CLOEXEC, 0);
+    fd = ::shm_open(ref.path.c_str(), flags, 0);
   } else {
-    fd = ::open(ref.path.c_str(), O_RDONLY | O_CLOEXEC);
+    fd = ::open(ref.path.c_str(), flags);
   }
   if (fd < 0) {
     if (errno == ENOENT)
       return make_error(errc::storage_missing, ref.path + " does not exist");
+    if (errno == ELOOP)
+      return make_error(errc::storage_failed,
+                        ref.path + " is a symbolic link: refused");
     return make_error(errc::storage_failed, sys_error("open " + ref.path));
   }
-  struct stat st;
-  if (::fstat(fd, &st) != 0) {
-    auto err = make_error(errc::storage_failed, sys_error("stat " + ref.path));
+  auto fail = [&](caf::error err) {
     ::close(fd);
     fd = -1;
     return err;
-  }
-  if (static_cast<std::uint64_t>(st.st_size) != ref.size) {
-    ::close(fd);
-    fd = -1;
-    return make_error(errc::malformed_input,
-                      ref.path + " holds " + std::to_string(st.st_size)
-                        + " bytes, expected " + std::to_string(ref.size));
-  }
+  };
+  struct stat st;
+  if (::fstat(fd, &st) != 0)
+    return fail(
+      make_error(errc::storage_failed, sys_error("stat " + ref.path)));
+  if (!S_ISREG(st.st_mode))
+    return fail(make_error(errc::storage_failed,
+                           ref.path + " is not a regular file: refused"));
+  if (static_cast<std::uint64_t>(st.st_size) != ref.size)
+    return fail(make_error(errc::malformed_input,
+                           ref.path + " holds " + std::to_string(st.st_size)
+                             + " bytes, expected " + std::to_string(ref.size)));
   size = static_cast<std::size_t>(st.st_size);
   return caf::none;
 }
 
-// Reads n bytes at `pos` into `out`, feeding each block to `sum` right after
-// the kernel copied it (still in cache).
+// Reads n bytes at `pos` into `out`, feeding each block to `sum` (if any)
+// right after the kernel copied it (still in cache).
 caf::error read_at(const storage_ref& ref, int fd, std::size_t pos,
-                   std::uint8_t* out, std::size_t n, checksum64_stream& sum) {
+                   std::uint8_t* out, std::size_t n, checksum64_stream* sum) {
   std::size_t done = 0;
   while (done < n) {
     auto want = std::min(io_block, n - done);
@@ -379,7 +389,8 @@ caf::error read_at(const storage_ref& ref, int fd, std::size_t pos,
     }
     if (k == 0)
       return bad(ref, "truncated while reading");
-    sum.update(out + done, static_cast<std::size_t>(k));
+    if (sum != nullptr)
+      sum->update(out + done, static_cast<std::size_t>(k));
     done += static_cast<std::size_t>(k);
   }
   return caf::none;
@@ -389,31 +400,67 @@ caf::error read_at(const storage_ref& ref, int fd, std::size_t pos,
 
 namespace detail {
 
-caf::error map_storage(const storage_ref& ref, const std::uint8_t*& data,
-                       std::size_t& size) {
+caf::error read_storage(const storage_ref& ref, writable_bytes& out) {
   int fd = -1;
+  std::size_t size = 0;
   if (auto err = open_storage(ref, fd, size))
     return err;
-  if (size == 0) {
-    ::close(fd);
-    data = nullptr;
-    return caf::none;
-  }
-  auto addr = ::mmap(nullptr, size, PROT_READ, MAP_SHARED | MAP_POPULATE, fd,
-                     0);
+  writable_bytes buf{size};
+  auto err = read_at(ref, fd, 0, buf.data(), size, nullptr);
   ::close(fd);
-  if (addr == MAP_FAILED)
-    return make_error(errc::storage_failed, sys_error("mmap " + ref.path));
-  data = static_cast<const std::uint8_t*>(addr);
+  if (err)
+    return err;
+  out = std::move(buf);
   return caf::none;
 }
 
-void unmap_storage(const std::uint8_t* data, std::size_t size) {
-  if (data != nullptr && size > 0)
-    ::munmap(const_cast<std::uint8_t*>(data), size);
-}
-
 } // namespace detail
+
+caf::error confine(const storage_ref& ref, const storage_options& opts) {
+  auto refuse = [&](const std::string& why) {
+    count(trust_event::message_rejected);
+    return make_error(errc::unauthorized,
+                      "refused storage reference '" + ref.path.substr(0, 256)
+                        + "': " + why);
+  };
+  // A plain name this library could have made: "dice." and then no path
+  // separator, no parent reference, nothing a shell or kernel treats
+  // specially.
+  auto plain = [](const std::string& name) {
+    if (name.size() < 6 || name.size() > 240
+        || name.compare(0, 5, "dice.") != 0)
+      return false;
+    if (name.find("..") != std::string::npos)
+      return false;
+    for (auto c : name)
+      if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_'
+            || c == '-'))
+        return false;
+    return true;
+  };
+  if (ref.kind == storage_kind::shm) {
+    if (ref.path.empty() || ref.path[0] != '/' || !plain(ref.path.substr(1)))
+      return refuse("not a dice shared-memory name");
+    return caf::none;
+  }
+  if (ref.kind != storage_kind::file)
+    return refuse("unknown kind");
+  std::filesystem::path path{ref.path};
+  auto name = path.filename().string();
+  if (!plain(name))
+    return refuse("not a dice file name");
+  std::error_code ec;
+  auto dir = std::filesystem::canonical(path.parent_path(), ec);
+  if (ec)
+    return refuse("its directory cannot be resolved: " + ec.message());
+  auto own = std::filesystem::canonical(opts.dirname, ec);
+  if (ec)
+    return refuse("this loader's directory " + opts.dirname
+                  + " cannot be resolved: " + ec.message());
+  if (dir != own)
+    return refuse("outside this loader's directory " + own.string());
+  return caf::none;
+}
 
 caf::error remove_storage(const storage_ref& ref) {
   if (ref.kind == storage_kind::shm && recycle_shm(ref))
@@ -482,7 +529,7 @@ caf::expected<model_snapshot> load_snapshot(const storage_ref& ref) {
   std::uint8_t head[16];
   if (size < 16)
     return bad(ref, "not a dice snapshot file");
-  if (auto err = read_at(ref, fd, 0, head, 16, sum))
+  if (auto err = read_at(ref, fd, 0, head, 16, &sum))
     return err;
   if (std::memcmp(head, snapshot_magic, 8) != 0)
     return bad(ref, "not a dice snapshot file");
@@ -490,14 +537,14 @@ caf::expected<model_snapshot> load_snapshot(const storage_ref& ref) {
   if (meta_len > size - 16)
     return bad(ref, "truncated header");
   std::vector<std::uint8_t> meta(static_cast<std::size_t>(meta_len));
-  if (auto err = read_at(ref, fd, 16, meta.data(), meta.size(), sum))
+  if (auto err = read_at(ref, fd, 16, meta.data(), meta.size(), &sum))
     return err;
   auto body_len = size - 16 - static_cast<std::size_t>(meta_len);
   writable_bytes body{body_len};
   // The stored checksum chains the header part into the body's seed.
   checksum64_stream body_sum{sum.digest()};
   if (auto err = read_at(ref, fd, 16 + meta.size(), body.data(), body_len,
-                         body_sum))
+                         &body_sum))
     return err;
   if (ref.checksum != 0 && body_sum.digest() != ref.checksum)
     return make_error(errc::malformed_input,
@@ -515,6 +562,8 @@ caf::expected<model_snapshot> load_snapshot(const storage_ref& ref) {
 }
 
 caf::expected<context_delta> load_context(const storage_ref& ref) {
+  // pread into a private buffer (with_stored_bytes): the checksum and the
+  // decoder see the same bytes, whatever a writer does to the item.
   context_delta result;
   auto err = with_stored_bytes(
     ref, [&](const std::uint8_t* data, std::size_t size) -> caf::error {
@@ -528,6 +577,8 @@ caf::expected<context_delta> load_context(const storage_ref& ref) {
                                    static_cast<std::size_t>(len)};
       if (auto err = src(result))
         return bad(ref, "bad context: " + caf::to_string(err));
+      if (src.remaining() != 0)
+        return bad(ref, "trailing bytes after the context");
       return caf::none;
     });
   if (err)

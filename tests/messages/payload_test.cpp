@@ -7,9 +7,42 @@
 #include <boost/serialization/collection_size_type.hpp>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <new>
 #include <sstream>
 #include <vector>
+
+// Every allocation of this test binary goes through here (replacing the
+// global operator new is allowed): the attack test below asserts on the
+// largest one.
+namespace {
+std::atomic<std::size_t> largest_new{0};
+} // namespace
+
+void* operator new(std::size_t n) {
+  auto cur = largest_new.load();
+  while (n > cur && !largest_new.compare_exchange_weak(cur, n)) {
+    // retry
+  }
+  if (auto p = std::malloc(n == 0 ? 1 : n))
+    return p;
+  throw std::bad_alloc{};
+}
+
+// The replacement operator new above takes its memory from malloc.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+void operator delete(void* p) noexcept {
+  std::free(p);
+}
+
+void operator delete(void* p, std::size_t) noexcept {
+  std::free(p);
+}
+#pragma GCC diagnostic pop
 
 namespace user {
 
@@ -33,6 +66,25 @@ namespace boost::serialization {
 template <class Archive>
 void serialize(Archive& ar, user::transition& x, const unsigned int) {
   ar& x.obs& x.action& x.reward& x.done;
+}
+
+} // namespace boost::serialization
+
+namespace user {
+
+/// An item that takes far more memory (4 KiB) than its encoding (1 byte).
+struct wide {
+  bool flag = false;
+  double values[511] = {};
+};
+
+} // namespace user
+
+namespace boost::serialization {
+
+template <class Archive>
+void serialize(Archive& ar, user::wide& x, const unsigned int) {
+  ar& x.flag;
 }
 
 } // namespace boost::serialization
@@ -175,20 +227,75 @@ TEST(Payload, CountMismatchIsMalformed) {
   expect_malformed(fewer, "claims fewer items");
 }
 
+/// An archive of `items` whose vector count is replaced by `count` (found
+/// as the first byte where archives of n and n + 1 items differ: Boost
+/// writes class information before it).
+template <class T>
+std::vector<std::uint8_t> with_count(const std::vector<T>& items,
+                                     std::uint64_t count) {
+  auto more = items;
+  more.resize(items.size() + 1);
+  auto buf = bytes_of(dice::pack(items));
+  auto other = bytes_of(dice::pack(more));
+  std::size_t pos = 0;
+  while (pos < buf.size() && buf[pos] == other[pos])
+    ++pos;
+  EXPECT_EQ(buf[pos], items.size());
+  std::memcpy(&buf[pos], &count, sizeof(count));
+  return buf;
+}
+
 TEST(Payload, HostileItemCountIsMalformed) {
-  // An archive of a vector claiming 2^60 items and holding none: decoding
+  // An archive of a vector claiming 2^60 items and holding two: decoding
   // must fail with an error, not crash or exhaust memory.
-  std::ostringstream out;
-  {
-    boost::archive::binary_oarchive ar(out);
-    boost::serialization::collection_size_type count(std::size_t{1} << 60);
-    boost::serialization::item_version_type item_version(0);
-    ar << count << item_version;
-  }
-  auto str = out.str();
-  std::vector<std::uint8_t> buf{str.begin(), str.end()};
+  auto buf = with_count(make_items(2, 0), std::uint64_t{1} << 60);
+  largest_new = 0;
   expect_malformed(payload{dice::shared_bytes{std::move(buf)}, 1, 0, -1},
                    "2^60 items");
+  EXPECT_LT(largest_new.load(), std::size_t{1} << 20);
+}
+
+// A vector claiming one 4 KiB item per byte of a 64 KiB payload: the count
+// passes a check in elements (it is not more than the bytes left), but
+// reserving for it took 256 MiB (and zeroed it) before the first item
+// failed to decode. What is reserved is limited in bytes now.
+TEST(Payload, ElementSizeCountsInTheLimit) {
+  constexpr std::size_t claimed = 64 * 1024;
+  auto buf = with_count(std::vector<user::wide>(2), claimed);
+  // Enough bytes for the count to pass a check in elements, none of them an
+  // item (0xFF is no bool: the first item's header is refused).
+  buf.resize(buf.size() + claimed, 0xFF);
+  payload hostile{dice::shared_bytes{std::move(buf)}, claimed, 0, -1};
+  largest_new = 0;
+  auto back = dice::unpack<user::wide>(hostile);
+  auto largest = largest_new.load();
+  ASSERT_FALSE(back);
+  EXPECT_TRUE(dice::is(back.error(), dice::errc::malformed_input));
+  EXPECT_LE(largest, 16 * hostile.bytes.size())
+    << "the decoder allocated " << largest << " bytes at once for a "
+    << hostile.bytes.size() << "-byte payload";
+  // An honest vector of the same type still decodes.
+  std::vector<user::wide> items(300);
+  items[100].flag = true;
+  auto ok = dice::unpack<user::wide>(dice::pack(items));
+  ASSERT_TRUE(ok) << dice::render(ok.error());
+  ASSERT_EQ(ok->size(), 300u);
+  EXPECT_TRUE((*ok)[100].flag);
+  EXPECT_FALSE((*ok)[99].flag);
+}
+
+// Raw elements (floats) must be backed by their bytes: a count that fits
+// in elements but not in bytes reserves nothing.
+TEST(Payload, RawElementsNeedTheirBytes) {
+  std::vector<transition> items(1);
+  items[0].obs.assign(1024, 1.0f);
+  auto good = dice::pack(items);
+  auto bytes = bytes_of(good);
+  // Keep the claim (1024 floats = 4 KiB) but only 2 KiB of them.
+  bytes.resize(bytes.size() - 2048 - 9);
+  largest_new = 0;
+  expect_malformed(with_bytes(good, bytes), "truncated floats");
+  EXPECT_LT(largest_new.load(), std::size_t{4096});
 }
 
 } // namespace

@@ -9,16 +9,35 @@
 
 #include <boost/archive/binary_iarchive.hpp>
 #include <boost/archive/binary_oarchive.hpp>
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <torch/types.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+// LibTorch's CPU allocator takes tensor buffers from posix_memalign; this
+// test binary's definition comes first in symbol lookup, so it sees every
+// request (the attack test below asserts on the largest one).
+namespace {
+std::atomic<std::size_t> largest_aligned_request{0};
+} // namespace
+
+extern "C" int posix_memalign(void** ptr, std::size_t align, std::size_t n) {
+  using fn = int (*)(void**, std::size_t, std::size_t);
+  static auto real = reinterpret_cast<fn>(::dlsym(RTLD_NEXT, "posix_memalign"));
+  auto cur = largest_aligned_request.load();
+  while (n > cur && !largest_aligned_request.compare_exchange_weak(cur, n)) {
+    // retry
+  }
+  return real(ptr, align, n);
+}
 
 namespace {
 
@@ -251,6 +270,37 @@ TEST_F(HostileTensor, EveryTruncationThrows) {
   for (std::size_t n = 0; n < good.size(); ++n)
     EXPECT_THROW(load<torch::Tensor>(good.substr(0, n)), std::exception)
       << "prefix of " << n << " bytes";
+}
+
+// A 2 GiB tensor header with no bytes behind it, in a payload: refused
+// before LibTorch is asked for the buffer (it used to allocate 2 GiB first,
+// then fail on the missing bytes).
+TEST(HostileTensorPayload, HeaderClaimingTwoGiBAllocatesNothing) {
+  auto good = dice::pack(
+    std::vector<torch::Tensor>{torch::arange(0, 2, torch::kFloat32)});
+  std::string bytes{reinterpret_cast<const char*>(good.bytes.data()),
+                    good.bytes.size()};
+  // From the end: dims[0] (8), nbytes (8), data (8).
+  auto data_pos = bytes.size() - 8;
+  auto nbytes_pos = data_pos - 8;
+  auto dim_pos = nbytes_pos - 8;
+  std::int64_t dim = 0;
+  std::memcpy(&dim, &bytes[dim_pos], 8);
+  ASSERT_EQ(dim, 2);
+  bytes = patched(bytes, dim_pos, std::int64_t{1} << 29);
+  bytes = patched(bytes, nbytes_pos, std::uint64_t{1} << 31);
+  bytes.resize(data_pos);
+  auto hostile = good;
+  hostile.bytes = dice::shared_bytes{
+    std::vector<std::uint8_t>{bytes.begin(), bytes.end()}};
+  largest_aligned_request = 0;
+  auto back = dice::unpack<torch::Tensor>(hostile);
+  auto largest = largest_aligned_request.load();
+  ASSERT_FALSE(back);
+  EXPECT_TRUE(dice::is(back.error(), dice::errc::malformed_input));
+  EXPECT_LT(largest, std::size_t{1} << 20)
+    << "the decoder asked for " << largest << " bytes for a " << bytes.size()
+    << "-byte payload";
 }
 
 // -- transitions --------------------------------------------------------------

@@ -44,13 +44,24 @@ using byte_span = std::pair<const std::uint8_t*, std::size_t>;
 caf::expected<storage_ref> store_bytes(const storage_options& opts,
                                        const std::vector<byte_span>& parts);
 
-/// Maps what `ref` points at (read-only) and hands it to `fn(data, size)`
-/// after checking size and checksum. A missing item is
-/// `errc::storage_missing`; a shared-memory segment of another host,
-/// a truncated or corrupted item `errc::storage_failed` /
+/// Reads what `ref` points at into a private buffer and hands it to
+/// `fn(data, size)` after checking its size (decoders check the checksum):
+/// a writer that rewrites, truncates or recycles the item meanwhile never
+/// changes what `fn` sees (a shared mapping could tear or raise SIGBUS). A
+/// missing item is `errc::storage_missing`; a shared-memory segment of
+/// another host, a special file (FIFO, device, directory), a symlink, a
+/// truncated or corrupted item `errc::storage_failed` /
 /// `errc::malformed_input`.
 template <class F>
 caf::error with_stored_bytes(const storage_ref& ref, F fn);
+
+/// Checks that `ref`, which came from the wire, names an item a loader with
+/// `opts` may open: a file directly inside `opts.dirname` with a plain dice
+/// name ("dice.*": no '/', no "..", no other directory), or a shared-memory
+/// segment with a plain dice name ("/dice.*"). Anything else is
+/// `errc::unauthorized` (counted as trust_event::message_rejected): a peer
+/// must not make a loader open arbitrary paths.
+caf::error confine(const storage_ref& ref, const storage_options& opts);
 
 /// Removes the item (missing is not an error).
 caf::error remove_storage(const storage_ref& ref);
@@ -81,30 +92,17 @@ caf::expected<context_delta> load_context(const storage_ref& ref);
 
 namespace detail {
 
-/// Maps `ref` read-only; fills data/size and a cookie to unmap.
-caf::error map_storage(const storage_ref& ref, const std::uint8_t*& data,
-                       std::size_t& size);
-
-/// Unmaps what map_storage mapped.
-void unmap_storage(const std::uint8_t* data, std::size_t size);
+/// Reads all of `ref` (size as `ref.size` says) into `out` with pread.
+caf::error read_storage(const storage_ref& ref, writable_bytes& out);
 
 } // namespace detail
 
 template <class F>
 caf::error with_stored_bytes(const storage_ref& ref, F fn) {
-  const std::uint8_t* data = nullptr;
-  std::size_t size = 0;
-  if (auto err = detail::map_storage(ref, data, size))
+  writable_bytes buf;
+  if (auto err = detail::read_storage(ref, buf))
     return err;
-  caf::error result;
-  try {
-    result = fn(data, size);
-  } catch (...) {
-    detail::unmap_storage(data, size);
-    throw;
-  }
-  detail::unmap_storage(data, size);
-  return result;
+  return fn(static_cast<const std::uint8_t*>(buf.data()), buf.size());
 }
 
 } // namespace dice

@@ -16,6 +16,8 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace dice {
@@ -50,6 +52,17 @@ at::Tensor prepare_save(const at::Tensor& x, tensor_header& hdr);
 /// tensor for it. Throws std::invalid_argument on any inconsistency, before
 /// allocating anything.
 at::Tensor allocate_for_load(const tensor_header& hdr);
+
+/// True for archives that know how many input bytes are left (dice's
+/// bounded_iarchive): a tensor's byte count is checked against them before
+/// its buffer is allocated.
+template <class Archive, class = void>
+struct knows_remaining : std::false_type {};
+
+template <class Archive>
+struct knows_remaining<
+  Archive, std::void_t<decltype(std::declval<const Archive&>().remaining())>>
+  : std::true_type {};
 
 } // namespace detail
 
@@ -90,6 +103,13 @@ void load(Archive& ar, at::Tensor& x, const unsigned int /*version*/) {
   for (auto& d : hdr.shape)
     ar >> d;
   ar >> hdr.nbytes;
+  // Untrusted input: the bytes must be there before anything is allocated
+  // for them (a 30-byte header must not reserve 2 GiB).
+  if constexpr (dice::detail::knows_remaining<Archive>::value)
+    if (hdr.nbytes > ar.remaining())
+      throw std::invalid_argument(
+        "dice: tensor archive claims " + std::to_string(hdr.nbytes)
+        + " bytes, only " + std::to_string(ar.remaining()) + " are left");
   auto result = dice::detail::allocate_for_load(hdr);
   if (hdr.nbytes > 0)
     ar.load_binary(result.data_ptr(), static_cast<std::size_t>(hdr.nbytes));
