@@ -293,6 +293,14 @@ void schedule_reconnect(bus_ptr self, std::size_t idx) {
   ep.backoff = std::min(ep.backoff * 2, st.cfg.reconnect_max);
 }
 
+// Tells every local member that a peer connected or was lost (e.g. a
+// collector resends what a learner has not acknowledged at once).
+void notify_members(bus_ptr self, const bus_peer& p, bool up) {
+  peer_event ev{p.node, p.roles, up};
+  for (auto& m : self->state.members)
+    caf::send_as(caf::actor_cast<caf::actor>(self), m.member, ev);
+}
+
 // Registers a peer after a successful handshake.
 void add_peer(bus_ptr self, bus_peer p, const peer_hello& h) {
   auto& st = self->state;
@@ -300,6 +308,7 @@ void add_peer(bus_ptr self, bus_peer p, const peer_hello& h) {
   log::info(st.cfg.node, "connected to peer " + describe(p));
   if (p.endpoint)
     st.endpoints[*p.endpoint].backoff = caf::timespan{0};
+  notify_members(self, p, true);
   st.peers.push_back(std::move(p));
   update_loss_timer(self);
   deliver_waiters(self);
@@ -456,6 +465,12 @@ bus_actor::behavior_type bus(bus_ptr self, bus_config cfg) {
     if (em.reason != caf::exit_reason::normal)
       self->quit(em.reason);
   });
+  // An error message (e.g. a member's "unexpected message" answer to a
+  // peer_event) would otherwise end the bus (CAF's default handler quits).
+  self->set_error_handler([=](caf::error& err) {
+    count(trust_event::message_rejected);
+    log::debug(self->state.cfg.node, "bus ignored an error: " + render(err));
+  });
   self->set_down_handler([=](const caf::down_msg& dm) {
     auto& st = self->state;
     auto i = std::find_if(st.peers.begin(), st.peers.end(),
@@ -469,6 +484,7 @@ bus_actor::behavior_type bus(bus_ptr self, bus_config cfg) {
       log::write(lvl, st.cfg.node,
                  "lost peer " + describe(p) + ": " + caf::to_string(dm.reason));
       st.chunks.drop_origin(p.node, st.cfg.node, "peer lost");
+      notify_members(self, p, false);
       if (p.endpoint)
         schedule_reconnect(self, *p.endpoint);
       update_loss_timer(self);

@@ -1,18 +1,19 @@
 #include "dice/actors/context_exchanger.hpp"
 
-#include <deque>
-#include <map>
-#include <memory>
-#include <set>
-
 #include "dice/log.hpp"
 #include "dice/messages/context_delta.hpp"
 #include "dice/trust.hpp"
 
-#include "loader_bridge.hpp"
-
 #include "caf/make_message.hpp"
 #include "caf/send.hpp"
+
+#include "applied_deltas.hpp"
+#include "loader_bridge.hpp"
+
+#include <deque>
+#include <map>
+#include <memory>
+#include <set>
 
 namespace dice {
 
@@ -55,18 +56,9 @@ struct exchanger_state {
 
   // -- receiver: exactly-once -------------------------------------------------
 
-  using sender_key = std::pair<std::uint32_t, std::uint64_t>;
+  using sender_key = detail::applied_deltas::key;
 
-  // What was applied from one (sender, epoch): every seq up to `upto`, plus
-  // the seqs in `above` (arrived past a gap, e.g. after a lost delta). A
-  // resend fills the gap later, so a gap must not make it look applied.
-  struct applied_seqs {
-    std::uint64_t upto = 0;
-    std::set<std::uint64_t> above;
-  };
-
-  // Bounded: a peer inventing epochs only evicts old entries.
-  std::map<sender_key, applied_seqs> applied;
+  detail::applied_deltas applied;
 
   // Senders whose deltas were applied since the last merge (acked then).
   std::set<sender_key> to_ack;
@@ -75,55 +67,8 @@ struct exchanger_state {
   std::size_t box_deltas = 0;
   std::size_t box_bytes = 0;
 
-  // True if `d` was applied before; seq 0 marks an unsequenced delta.
-  bool duplicate(const context_delta& d) const {
-    if (d.seq == 0)
-      return false;
-    auto i = applied.find({d.sender, d.epoch});
-    return i != applied.end()
-           && (d.seq <= i->second.upto || i->second.above.count(d.seq) > 0);
-  }
-
-  // The first delta this node sees from a (sender, epoch) sets where its
-  // sequence starts here: a learner that restarted (or joined late) never
-  // gets what an earlier learner acked, so waiting for seq 1 would stall the
-  // sender's window for ever. What came before is not ours to count: said
-  // plainly in the log.
-  void note_contact(const context_delta& d) {
-    if (d.seq == 0)
-      return;
-    auto key = sender_key{d.sender, d.epoch};
-    if (applied.count(key) > 0)
-      return;
-    if (applied.size() >= 4096)
-      applied.erase(applied.begin());
-    applied[key].upto = d.seq - 1;
-    if (d.seq > 1 && has(role::learner))
-      log::info(svc->node_id(),
-                "first delta from node " + std::to_string(d.sender)
-                  + " (epoch " + std::to_string(d.epoch) + ") is seq "
-                  + std::to_string(d.seq) + ": deltas 1.."
-                  + std::to_string(d.seq - 1)
-                  + " went to an earlier learner or were lost");
-  }
-
-  void mark_applied(const context_delta& d) {
-    if (d.seq == 0)
-      return;
-    auto& a = applied[sender_key{d.sender, d.epoch}];
-    if (d.seq == a.upto + 1) {
-      a.upto = d.seq;
-      while (!a.above.empty() && *a.above.begin() == a.upto + 1) {
-        a.above.erase(a.above.begin());
-        ++a.upto;
-      }
-    } else {
-      // A window keeps honest gaps small; a hostile peer cannot grow this.
-      if (a.above.size() >= 4096)
-        a.above.erase(a.above.begin());
-      a.above.insert(d.seq);
-    }
-  }
+  // Deltas refused as inconsistent (logged every 1024th time).
+  std::uint64_t malformed = 0;
 
   static std::size_t bytes_of(const context_delta& d) {
     std::size_t n = 0;
@@ -134,25 +79,55 @@ struct exchanger_state {
     return n;
   }
 
+  static bool add(std::int64_t x, std::int64_t y, std::int64_t& out) {
+    return !__builtin_add_overflow(x, y, &out);
+  }
+
+  // Why `d` (from the wire) cannot be applied, or nullptr. Checked before
+  // anything changes: every sum below is computed again by put() and cannot
+  // overflow once this passed.
+  const char* why_invalid(const context_delta& d) const {
+    if (auto why = sequence_error(d))
+      return why;
+    // No list can hold more items than it has bytes (what unpack checks
+    // too), so item counts and offsets stay within memory sizes.
+    for (auto* xs : {&d.trajectories, &d.episodes})
+      for (auto& x : *xs)
+        if (x.count > x.bytes.size())
+          return "a payload claims more items than bytes";
+    std::int64_t sum = 0;
+    if (d.env_step && !add(box.env_step.value_or(0), *d.env_step, sum))
+      return "env_step increment overflows";
+    if (d.env_episode && !add(box.env_episode.value_or(0), *d.env_episode, sum))
+      return "env_episode increment overflows";
+    auto offset = static_cast<std::int64_t>(
+      box.trajectories ? item_count(*box.trajectories) : 0);
+    for (auto idx : d.trajectory_end_idx)
+      if (!add(idx, offset, sum))
+        return "trajectory_end_idx overflows";
+    return nullptr;
+  }
+
   // A learner's buffer is full: refusing leaves the delta unapplied and
   // unacked, so its sender resends it once the learner caught up.
   bool buffer_full(std::size_t incoming) const {
     if (box_deltas == 0)
       return false;
     return (opts.max_buffered > 0 && box_deltas >= opts.max_buffered)
-           || (opts.max_buffered_bytes > 0
-               && box_bytes + incoming > opts.max_buffered_bytes);
+      || (opts.max_buffered_bytes > 0
+          && box_bytes + incoming > opts.max_buffered_bytes);
   }
 
-  // Cumulative ack: every seq up to `upto` of (sender, epoch) is applied.
+  // Cumulative ack: every seq up to `upto` of (sender, epoch) is settled.
   void send_ack(const sender_key& key) {
-    auto i = applied.find(key);
-    if (i == applied.end() || i->second.upto == 0)
+    auto upto = applied.upto(key);
+    if (upto == 0)
       return;
     context_delta ack;
     ack.sender = svc->node_id();
     ack.epoch = key.second;
-    ack.seq = i->second.upto;
+    ack.seq = upto;
+    ack.base = upto;
     ack.sender_roles = roles;
     auto topic = context_ack_topic(key.first);
     svc->publish(topic, caf::make_message(topic, std::move(ack)));
@@ -175,20 +150,24 @@ struct exchanger_state {
 
   // Deltas the learner has not acknowledged yet, oldest first.
   std::deque<unacked_delta> unacked;
-  // A resend timer message is on its way.
+  // A resend timer is scheduled.
   bool resend_armed = false;
+  // A learner acknowledged something of this incarnation (someone listens).
+  bool acked_any = false;
   // When the current window wait began.
   caf::actor_clock::time_point wait_started;
 
-  // Collectors track acks unless DI-engine's fire-and-forget was asked for
-  // (or a loader publishes refs, which cannot be resent from here).
+  // Collectors track acks unless DI-engine's fire-and-forget was asked for.
+  // With a storage loader a resend stores the delta again (a fresh
+  // reference, so a learner never depends on an expired one).
   bool tracking() const {
-    return active && opts.max_in_flight > 0 && !opts.storage_loader
-           && has(role::collector);
+    return active && opts.max_in_flight > 0 && has(role::collector);
   }
 
-  std::string resend_topic() const {
-    return "context_resend_" + std::to_string(svc->node_id());
+  // The lowest seq still unacknowledged (or `next` when none is): what a
+  // delta sent now carries as its base.
+  std::uint64_t lowest_unacked(std::uint64_t next) const {
+    return unacked.empty() ? next : unacked.front().delta.seq;
   }
 
   void publish_delta(const context_delta& d) {
@@ -200,37 +179,75 @@ struct exchanger_state {
     }
   }
 
-  // The timer is a delayed message to this actor on a private topic, so it
-  // runs on the actor clock (fake in tests) and fires while the collector
-  // waits for anything.
+  // Publishes `d`, through the storage loader if there is one: DI-engine's
+  // `storage_loader.save(payload)`, off this actor; the loader stores the
+  // delta and publishes the reference per topic. The role actor flushes the
+  // loader before it sends its finish, so a reference published here
+  // always precedes this node's finish.
+  void emit(const context_delta& d) {
+    if (opts.storage_loader && handles.bus && has(role::collector)) {
+      std::vector<std::string> topics;
+      for (auto r : all_roles)
+        if (has(r))
+          topics.push_back(context_topic(r));
+      caf::send_as(handles.self, opts.storage_loader, save_atom::value, d,
+                   handles.bus, std::move(topics));
+      return;
+    }
+    publish_delta(d);
+  }
+
+  void resend(unacked_delta& x, caf::actor_clock::time_point now) {
+    log::debug(svc->node_id(),
+               "resending unacked delta " + std::to_string(x.delta.seq));
+    x.delta.base = lowest_unacked(x.delta.seq);
+    emit(x.delta);
+    x.sent_at = now;
+    ++stats->deltas_resent;
+  }
+
+  // The timer runs on the role actor's clock (fake in tests) and fires
+  // while the collector waits for anything.
   void arm_resend() {
     if (resend_armed || unacked.empty())
       return;
     resend_armed = true;
-    auto topic = resend_topic();
-    caf::delayed_anon_send(svc->handle(), opts.resend_timeout, topic,
-                           context_delta{});
+    svc->schedule(opts.resend_timeout, [this] {
+      on_resend_timer();
+    });
   }
 
   void on_resend_timer() {
     resend_armed = false;
     auto now = svc->now();
-    for (auto& x : unacked) {
-      if (now - x.sent_at < opts.resend_timeout)
-        continue;
-      log::debug(svc->node_id(), "resending unacked delta "
-                                   + std::to_string(x.delta.seq));
-      publish_delta(x.delta);
-      x.sent_at = now;
-      ++stats->deltas_resent;
-    }
+    for (auto& x : unacked)
+      if (now - x.sent_at >= opts.resend_timeout)
+        resend(x, now);
     arm_resend();
+  }
+
+  // A learner (re)connected: whatever it has not acknowledged may have gone
+  // into a dead connection. Resend it now instead of waiting out the timer
+  // (a learner drops what it already has).
+  void on_peer(const peer_event& ev) {
+    if (!ev.up || !ev.roles.has(role::learner) || unacked.empty())
+      return;
+    log::info(svc->node_id(),
+              "learner node " + std::to_string(ev.node)
+                + " connected: resending " + std::to_string(unacked.size())
+                + " unacknowledged deltas");
+    auto now = svc->now();
+    for (auto& x : unacked) {
+      resend(x, now);
+      ++stats->deltas_resent_on_connect;
+    }
   }
 
   void on_ack(const context_delta& ack) {
     // An ack for an older incarnation of this node means nothing now.
     if (ack.epoch != svc->epoch())
       return;
+    acked_any = true;
     bool freed = false;
     while (!unacked.empty() && unacked.front().delta.seq <= ack.seq) {
       unacked.pop_front();
@@ -242,37 +259,60 @@ struct exchanger_state {
 
   bool window_full() const {
     return tracking() && unacked.size() >= opts.max_in_flight
-           && !svc->finished();
+      && !svc->finished();
   }
 
   bool has(role r) const {
     return roles.has(r);
   }
 
+  void refuse_malformed(const context_delta& d, const char* why) {
+    count(trust_event::message_rejected);
+    if (++malformed % 1024 == 1)
+      log::warning(svc->node_id(),
+                   "refused a delta from node " + std::to_string(d.sender)
+                     + ": " + why);
+  }
+
   // DI-engine's `put`: each field goes to the roles the spec table names.
   void put(const context_delta& d) {
-    if (duplicate(d)) {
+    if (auto why = why_invalid(d))
+      return refuse_malformed(d, why);
+    auto contact = applied.note(d);
+    if (contact.first && contact.base > 1 && has(role::learner))
+      log::info(svc->node_id(),
+                "first delta from node " + std::to_string(d.sender) + " (epoch "
+                  + std::to_string(d.epoch) + ") is seq "
+                  + std::to_string(d.seq) + ": its stream starts at seq "
+                  + std::to_string(contact.base) + "; deltas 1.."
+                  + std::to_string(contact.base - 1)
+                  + " were acknowledged by an earlier learner or given up");
+    if (applied.duplicate(d)) {
       count(trust_event::duplicate_dropped);
-      log::debug(svc->node_id(), "dropped duplicate delta "
-                                   + std::to_string(d.seq) + " from node "
-                                   + std::to_string(d.sender));
+      log::debug(svc->node_id(),
+                 "dropped duplicate delta " + std::to_string(d.seq)
+                   + " from node " + std::to_string(d.sender));
       // The sender resent it, so our ack may have been lost: ack again.
       if (has(role::learner))
         send_ack({d.sender, d.epoch});
       return;
     }
-    note_contact(d);
     auto bytes = bytes_of(d);
     // While finishing, iterations are over and senders will not resend:
     // take what still arrives (their windows bound it).
     if (has(role::learner) && !svc->finished() && buffer_full(bytes)) {
       ++stats->deltas_refused;
-      log::debug(svc->node_id(), "buffer full: refused delta "
-                                   + std::to_string(d.seq) + " from node "
-                                   + std::to_string(d.sender));
+      log::debug(svc->node_id(),
+                 "buffer full: refused delta " + std::to_string(d.seq)
+                   + " from node " + std::to_string(d.sender));
       return;
     }
-    mark_applied(d);
+    applied.mark(d);
+    // While finishing, ack at once instead of at the next merge: the last
+    // iteration may already be over (on_stop merges), and the sender holds
+    // its quit (and its stored files) until it heard.
+    if (has(role::learner) && d.seq != 0 && svc->finished())
+      send_ack({d.sender, d.epoch});
     if (has(role::learner) && d.seq != 0) {
       to_ack.emplace(d.sender, d.epoch);
       ++box_deltas;
@@ -304,8 +344,8 @@ struct exchanger_state {
       auto& xs = box.trajectories ? *box.trajectories
                                   : box.trajectories.emplace();
       xs.insert(xs.end(), d.trajectories.begin(), d.trajectories.end());
-      svc->report().trajectories_received
-        += static_cast<std::int64_t>(item_count(d.trajectories));
+      svc->report().trajectories_received += static_cast<std::int64_t>(
+        item_count(d.trajectories));
       box.any = true;
     }
     if (!d.episodes.empty()) {
@@ -322,13 +362,27 @@ struct exchanger_state {
     }
   }
 
+  // Adds `x` to a context counter; a sum past the int64 range (only hostile
+  // or corrupt increments get there) leaves the counter as it was.
+  void add_to(std::int64_t& counter, std::int64_t x, const char* what) {
+    std::int64_t sum = 0;
+    if (add(counter, x, sum)) {
+      counter = sum;
+      return;
+    }
+    count(trust_event::message_rejected);
+    log::error(svc->node_id(),
+               std::string{"dropped an "} + what
+                 + " increment that would overflow");
+  }
+
   // DI-engine's `merge`: increments add up on non-collectors, everything
   // else overwrites.
   void merge(context& ctx) {
     if (box.env_step)
-      ctx.env_step += *box.env_step;
+      add_to(ctx.env_step, *box.env_step, "env_step");
     if (box.env_episode)
-      ctx.env_episode += *box.env_episode;
+      add_to(ctx.env_episode, *box.env_episode, "env_episode");
     if (box.train_iter)
       ctx.train_iter = *box.train_iter;
     if (box.trajectories)
@@ -356,7 +410,10 @@ struct exchanger_state {
       merge(ctx);
       return proceed;
     };
-    return wait_for{[this] { return box.any; }, timeout, resume};
+    return wait_for{[this] {
+                      return box.any;
+                    },
+                    timeout, resume};
   }
 
   step before(context& ctx) {
@@ -366,24 +423,26 @@ struct exchanger_state {
       // Backpressure: produce nothing more until the learner caught up.
       ++stats->window_waits;
       wait_started = svc->now();
-      return wait_for{[this] { return !window_full(); }, opts.window_timeout,
-                      [this](context& ctx, wait_outcome outcome) -> step {
-                        stats->window_wait_ns += std::chrono::duration_cast<
-                                                   std::chrono::nanoseconds>(
-                                                   svc->now() - wait_started)
-                                                   .count();
-                        if (outcome == wait_outcome::timed_out
-                            && !unacked.empty()) {
-                          log::warning(svc->node_id(),
-                                       "no ack within the window timeout; "
-                                       "giving up on resending delta "
-                                         + std::to_string(
-                                           unacked.front().delta.seq));
-                          unacked.pop_front();
-                          ++stats->deltas_evicted;
-                        }
-                        return before_context(ctx);
-                      }};
+      return wait_for{
+        [this] {
+          return !window_full();
+        },
+        opts.window_timeout,
+        [this](context& ctx, wait_outcome outcome) -> step {
+          stats->window_wait_ns += std::chrono::duration_cast<
+                                     std::chrono::nanoseconds>(svc->now()
+                                                               - wait_started)
+                                     .count();
+          if (outcome == wait_outcome::timed_out && !unacked.empty()) {
+            log::warning(svc->node_id(),
+                         "no ack within the window timeout; "
+                         "giving up on resending delta "
+                           + std::to_string(unacked.front().delta.seq));
+            unacked.pop_front();
+            ++stats->deltas_evicted;
+          }
+          return before_context(ctx);
+        }};
     }
     return before_context(ctx);
   }
@@ -426,37 +485,31 @@ struct exchanger_state {
     d.seq = ++seq;
     d.sender_roles = roles;
     d.model_version = ctx.model_version;
-    if (opts.storage_loader && handles.bus && has(role::collector)) {
-      // DI-engine's `storage_loader.save(payload)`, off this actor: the
-      // loader stores the delta and publishes the reference per topic.
-      std::vector<std::string> topics;
-      for (auto r : all_roles)
-        if (has(r))
-          topics.push_back(context_topic(r));
-      caf::anon_send(opts.storage_loader, save_atom::value, std::move(d),
-                     handles.bus, std::move(topics));
+    if (has(role::collector))
+      ++stats->deltas_sent;
+    if (!tracking()) {
+      d.base = d.seq;
+      emit(d);
       return;
-    }
-    publish_delta(d);
-    if (!tracking())
-      return;
-    ++stats->deltas_sent;
-    if (svc->finished()) {
-      // The last delta: no timer will resend anything after the drain, so
-      // resend now whatever is unacked (a learner drops duplicates and
-      // refuses nothing while finishing).
-      for (auto& x : unacked) {
-        publish_delta(x.delta);
-        ++stats->deltas_resent;
-      }
     }
     // Bounded even when finishing or after a timed-out window wait: the
-    // oldest delta is no longer protected by resends.
+    // oldest delta is given up (no longer resent), and the base of what
+    // goes out next tells receivers to stop waiting for it.
     if (unacked.size() >= opts.max_in_flight) {
       unacked.pop_front();
       ++stats->deltas_evicted;
     }
-    unacked.push_back(unacked_delta{std::move(d), svc->now()});
+    d.base = lowest_unacked(d.seq);
+    emit(d);
+    auto now = svc->now();
+    if (svc->finished()) {
+      // The last delta: no timer will resend anything after the drain, so
+      // resend now whatever is unacked (a learner drops duplicates and
+      // refuses nothing while finishing).
+      for (auto& x : unacked)
+        resend(x, now);
+    }
+    unacked.push_back(unacked_delta{std::move(d), now});
     raise_peak(stats->unacked_peak, unacked.size());
     arm_resend();
   }
@@ -475,8 +528,9 @@ middleware context_exchanger(context_exchanger_options opts) {
     st->svc = &svc;
     st->roles = svc.roles();
     if (st->roles.empty()) {
-      log::warning(svc.node_id(), "The task does not have any roles defined, "
-                                  "the ContextExchanger will not work.");
+      log::warning(svc.node_id(),
+                   "The task does not have any roles defined, "
+                   "the ContextExchanger will not work.");
       return;
     }
     if (st->roles.size() > 1)
@@ -486,7 +540,8 @@ middleware context_exchanger(context_exchanger_options opts) {
     st->active = true;
     st->handles = detail::handles_of(svc);
     if (st->opts.storage_loader)
-      svc.flush_before_done(caf::actor_cast<caf::actor>(st->opts.storage_loader));
+      svc.flush_before_done(
+        caf::actor_cast<caf::actor>(st->opts.storage_loader));
     // Subscribe to every role this node does not have.
     for (auto r : all_roles) {
       if (st->has(r))
@@ -507,13 +562,24 @@ middleware context_exchanger(context_exchanger_options opts) {
                       else
                         count(trust_event::message_rejected);
                     });
-      svc.subscribe(st->resend_topic(), [st](const caf::type_erased_tuple&) {
-        st->on_resend_timer();
+      svc.on_peer_event([st](const peer_event& ev) {
+        st->on_peer(ev);
+      });
+      // Exactly-once to the end: the node stays (bounded by its drain
+      // timeout, resending meanwhile) until a learner acknowledged its last
+      // deltas; with a storage loader, the files stay that long too. With
+      // no learner ever heard from (none in the cluster), nobody will ack.
+      svc.quit_when([st] {
+        return st->unacked.empty() || !st->acked_any;
       });
     }
   };
-  result.before = [st](context& ctx) { return st->before(ctx); };
-  result.after = [st](context& ctx) { st->after(ctx); };
+  result.before = [st](context& ctx) {
+    return st->before(ctx);
+  };
+  result.after = [st](context& ctx) {
+    st->after(ctx);
+  };
   // Whatever arrived after the last merge still counts: a learner's final
   // env_step equals the sum of what its collectors sent.
   result.on_stop = [st](context& ctx) {
@@ -523,11 +589,13 @@ middleware context_exchanger(context_exchanger_options opts) {
       auto& x = *st->stats;
       log::info(st->svc->node_id(),
                 "context exchange: sent " + std::to_string(x.deltas_sent)
-                  + ", resent " + std::to_string(x.deltas_resent)
-                  + ", unacked at stop " + std::to_string(st->unacked.size())
-                  + ", window waits " + std::to_string(x.window_waits)
-                  + ", acks sent " + std::to_string(x.acks_sent)
-                  + ", refused " + std::to_string(x.deltas_refused));
+                  + ", resent " + std::to_string(x.deltas_resent) + " ("
+                  + std::to_string(x.deltas_resent_on_connect)
+                  + " on reconnect)" + ", unacked at stop "
+                  + std::to_string(st->unacked.size()) + ", window waits "
+                  + std::to_string(x.window_waits) + ", acks sent "
+                  + std::to_string(x.acks_sent) + ", refused "
+                  + std::to_string(x.deltas_refused));
     }
     // DI-engine: shutdown on task.once("finish").
     if (st->opts.storage_loader)

@@ -32,17 +32,19 @@ inline role_handles handles_of(node_services& svc) {
 }
 
 /// If `msg` is `(topic, storage_ref)`: asks `loader` to load it and send
-/// `(topic, item)` back to `self`, and returns true. Without a loader the
-/// reference is dropped with DI-engine's message (it raised instead).
+/// `(topic, item)` back to the node (node_services::load, so the node waits
+/// for it before it ends a wait on finish or quits), and returns true.
+/// Without a loader the reference is dropped with DI-engine's message (it
+/// raised instead). `self` is unused (kept for the callers' signature).
 template <class Loader>
 bool forward_storage_ref(node_services& svc, const Loader& loader,
-                         const caf::actor& self,
+                         [[maybe_unused]] const caf::actor& self,
                          const caf::type_erased_tuple& msg) {
   if (!msg.match_elements<std::string, storage_ref>())
     return false;
   auto& topic = msg.get_as<std::string>(0);
   auto& ref = msg.get_as<storage_ref>(1);
-  if (!loader || !self) {
+  if (!loader) {
     ++svc.report().models_dropped;
     log::error(svc.node_id(),
                "Storage loader is not defined when data is a storage object. "
@@ -51,7 +53,7 @@ bool forward_storage_ref(node_services& svc, const Loader& loader,
                  + " on topic '" + topic + "'");
     return true;
   }
-  caf::anon_send(loader, load_atom::value, ref, self, topic);
+  svc.load(caf::actor_cast<caf::actor>(loader), ref, topic);
   return true;
 }
 

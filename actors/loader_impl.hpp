@@ -20,9 +20,10 @@ namespace dice::detail {
 template <class T>
 const char* missing_warning();
 
-/// Loads a T.
+/// Loads a T that `ref` (from the wire) names, if a loader with `opts` may
+/// open it (see dice::confine).
 template <class T>
-caf::expected<T> load_as(const storage_ref& ref);
+caf::expected<T> load_as(const storage_ref& ref, const storage_options& opts);
 
 /// Schedules the next sweep at the oldest item's expiry (no periodic timer:
 /// an idle loader has no timer at all).
@@ -81,7 +82,7 @@ auto loader_behavior(Self self, loader_options opts) {
       return std::move(*ref);
     },
     [=](load_atom, const storage_ref& ref) -> caf::result<T> {
-      auto x = load_as<T>(ref);
+      auto x = load_as<T>(ref, self->state.opts);
       if (!x) {
         warn_load_failed<T>(self, x.error());
         return x.error();
@@ -99,13 +100,16 @@ auto loader_behavior(Self self, loader_options opts) {
                    caf::make_message(topic, *ref));
     },
     [=](load_atom, const storage_ref& ref, const caf::actor& to,
-        const std::string& topic) {
-      auto x = load_as<T>(ref);
+        const std::string& topic) -> bool {
+      auto x = load_as<T>(ref, self->state.opts);
       if (!x) {
         warn_load_failed<T>(self, x.error());
-        return;
+        return false;
       }
-      caf::anon_send(to, topic, std::move(*x));
+      // Sent before the answer: the receiver has the item when it learns
+      // that the load is over.
+      caf::send_as(caf::actor_cast<caf::actor>(self), to, topic, std::move(*x));
+      return true;
     },
     [=](flush_atom) {
       // Mailboxes are FIFO: every save queued before this is published.

@@ -12,7 +12,10 @@ const char* missing_warning<model_snapshot>() {
 }
 
 template <>
-caf::expected<model_snapshot> load_as<model_snapshot>(const storage_ref& ref) {
+caf::expected<model_snapshot>
+load_as<model_snapshot>(const storage_ref& ref, const storage_options& opts) {
+  if (auto err = confine(ref, opts))
+    return err;
   return load_snapshot(ref);
 }
 

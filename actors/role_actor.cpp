@@ -1,12 +1,5 @@
 #include "dice/actors/role_actor.hpp"
 
-#include <algorithm>
-#include <chrono>
-#include <exception>
-#include <iostream>
-#include <mutex>
-#include <random>
-
 #include "dice/errc.hpp"
 #include "dice/log.hpp"
 #include "dice/trust.hpp"
@@ -14,6 +7,13 @@
 #include "caf/actor_system.hpp"
 #include "caf/scheduled_actor.hpp"
 #include "caf/send.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <exception>
+#include <iostream>
+#include <mutex>
+#include <random>
 
 namespace dice {
 
@@ -77,8 +77,9 @@ void role_state::request_finish(std::string reason) {
 }
 
 void role_state::flush_before_done(caf::actor worker) {
-  if (worker && std::find(flush_targets.begin(), flush_targets.end(), worker)
-                  == flush_targets.end())
+  if (worker
+      && std::find(flush_targets.begin(), flush_targets.end(), worker)
+        == flush_targets.end())
     flush_targets.push_back(std::move(worker));
 }
 
@@ -88,6 +89,39 @@ caf::actor role_state::handle() {
 
 caf::actor role_state::bus_handle() {
   return caf::actor_cast<caf::actor>(cfg.bus);
+}
+
+void role_state::load(const caf::actor& loader, const storage_ref& ref,
+                      const std::string& topic) {
+  ++pending_loads;
+  // The loader sends (topic, item) to this actor before it answers, so the
+  // item is dispatched before the answer arrives.
+  self
+    ->request(loader, cfg.load_timeout, load_atom::value, ref,
+              caf::actor_cast<caf::actor>(self), topic)
+    .then(
+      [this](bool) {
+        load_done();
+      },
+      [this, path = ref.path](caf::error& err) {
+        log::warning(cfg.node,
+                     "no answer to a load of " + path + ": " + render(err));
+        load_done();
+      });
+}
+
+void role_state::quit_when(std::function<bool()> settled) {
+  quit_conditions.push_back(std::move(settled));
+}
+
+void role_state::schedule(caf::timespan delay, std::function<void()> fn) {
+  auto id = ++timer_id;
+  timers.emplace(id, std::move(fn));
+  self->delayed_send(self, delay, timer_atom::value, id);
+}
+
+void role_state::on_peer_event(peer_handler fn) {
+  peer_handlers.push_back(std::move(fn));
 }
 
 node_report& role_state::report() {
@@ -177,8 +211,9 @@ void role_state::advance() {
 
 bool role_state::arm(wait_for w) {
   for (;;) {
-    if (finishing) {
-      // Waits end early on finish (DI-engine's ME/PME; dice's CE too).
+    if (finishing && pending_loads == 0) {
+      // Waits end early on finish (DI-engine's ME/PME; dice's CE too),
+      // once what this node is still loading has arrived.
       w.resume(ctx, wait_outcome::finished);
       return true;
     }
@@ -211,7 +246,7 @@ void role_state::resume(wait_outcome outcome) {
       return;
   } catch (const std::exception& e) {
     auto what = "middleware '" + pipe.stages()[cursor].name
-                + "' threw: " + e.what();
+      + "' threw: " + e.what();
     log::error(cfg.node, what);
     on_finish(finish{cfg.node, "error: " + what, true}, true);
     end_iteration();
@@ -239,6 +274,7 @@ void role_state::dispatch(const std::string& topic,
   }
   if (pending && pending->ready && pending->ready())
     resume(wait_outcome::ready);
+  maybe_quit();
 }
 
 void role_state::on_finish(const finish& x, bool in_step) {
@@ -247,17 +283,78 @@ void role_state::on_finish(const finish& x, bool in_step) {
   finishing = true;
   if (stop_reason.empty())
     stop_reason = x.sender == cfg.node
-                    ? x.reason
-                    : "finish from node " + std::to_string(x.sender) + " ("
-                        + x.reason + ")";
-  if (x.sender == cfg.node && !finish_sent) {
-    finish_sent = true;
-    self->send(cfg.bus, x);
-  }
+      ? x.reason
+      : "finish from node " + std::to_string(x.sender) + " (" + x.reason + ")";
+  // This node's own finish goes to the bus from stop(), after the data of
+  // its last iteration (and what its workers still store and publish).
+  if (x.sender == cfg.node && !finish_sent)
+    own_finish = x;
   if (pending)
-    resume(wait_outcome::finished);
+    end_wait_if_finished();
   else if (!in_step)
     stop(stop_reason); // between iterations: nothing left to finish
+}
+
+void role_state::end_wait_if_finished() {
+  // A load still outstanding may be what the wait is for (a peer stored its
+  // last delta before its finish): let it arrive first.
+  if (pending && finishing && pending_loads == 0)
+    resume(wait_outcome::finished);
+}
+
+void role_state::load_done() {
+  if (pending_loads > 0)
+    --pending_loads;
+  if (pending_loads > 0)
+    return;
+  if (pending && pending->ready && pending->ready())
+    resume(wait_outcome::ready);
+  else
+    end_wait_if_finished();
+  maybe_quit();
+}
+
+void role_state::maybe_quit() {
+  // Loads carry data peers sent before their done; quit conditions hold
+  // e.g. until a learner acknowledged this node's last deltas.
+  if (!released || quitted || pending_loads > 0)
+    return;
+  for (auto& settled : quit_conditions)
+    if (!settled())
+      return;
+  quit_now();
+}
+
+void role_state::on_peer(const peer_event& x) {
+  for (auto& fn : peer_handlers) {
+    try {
+      fn(x);
+    } catch (const std::exception& e) {
+      log::error(cfg.node,
+                 std::string{"peer event handler threw: "} + e.what());
+    }
+  }
+  if (pending && pending->ready && pending->ready())
+    resume(wait_outcome::ready);
+  maybe_quit();
+}
+
+void role_state::on_timer(std::uint64_t id) {
+  auto i = timers.find(id);
+  if (i == timers.end())
+    return;
+  auto fn = std::move(i->second);
+  timers.erase(i);
+  if (quitted)
+    return;
+  try {
+    fn();
+  } catch (const std::exception& e) {
+    log::error(cfg.node, std::string{"timer handler threw: "} + e.what());
+  }
+  if (pending && pending->ready && pending->ready())
+    resume(wait_outcome::ready);
+  maybe_quit();
 }
 
 void role_state::end_iteration() {
@@ -281,11 +378,6 @@ void role_state::stop(const std::string& reason) {
   stopped = true;
   running = false;
   stop_reason = reason;
-  if (!finish_sent) {
-    // Tell the bus in any case: a node that stops ends the run.
-    finish_sent = true;
-    self->send(cfg.bus, finish{cfg.node, reason, false});
-  }
   drain_id = ++wait_id;
   self->delayed_send(self, cfg.drain_timeout, deadline_atom::value, drain_id);
   if (flush_targets.empty()) {
@@ -293,7 +385,8 @@ void role_state::stop(const std::string& reason) {
     return;
   }
   // A loader publishes what it stored straight to the bus: flush it first,
-  // so that the bus sees those publishes before this node's done.
+  // so that the bus sees those publishes before this node's finish and
+  // done.
   pending_flushes = flush_targets.size();
   for (auto& worker : flush_targets)
     self->request(worker, cfg.drain_timeout, flush_atom::value)
@@ -303,14 +396,22 @@ void role_state::stop(const std::string& reason) {
             send_done();
         },
         [this](caf::error& err) {
-          log::warning(cfg.node, "a loader did not flush before the node "
-                                 "stopped: " + render(err));
+          log::warning(cfg.node,
+                       "a loader did not flush before the node "
+                       "stopped: "
+                         + render(err));
           if (--pending_flushes == 0)
             send_done();
         });
 }
 
 void role_state::send_done() {
+  if (!finish_sent) {
+    // Tell the bus in any case: a node that stops ends the run.
+    finish_sent = true;
+    self->send(cfg.bus,
+               own_finish ? *own_finish : finish{cfg.node, stop_reason, false});
+  }
   self->send(cfg.bus, done_atom::value, cfg.node,
              caf::actor_cast<caf::actor>(self));
 }
@@ -325,8 +426,8 @@ void role_state::quit_now() {
     try {
       stage.on_stop(ctx);
     } catch (const std::exception& e) {
-      log::error(cfg.node, "stop hook of '" + stage.name + "' threw: "
-                             + e.what());
+      log::error(cfg.node,
+                 "stop hook of '" + stage.name + "' threw: " + e.what());
     }
   }
   rep.env_step = ctx.env_step;
@@ -347,7 +448,7 @@ void role_state::quit_now() {
 
 role_actor::behavior_type
 role_runner(role_actor::stateful_pointer<role_state> self, role_config cfg,
-     pipeline pipe) {
+            pipeline pipe) {
   self->state.init(std::move(cfg), std::move(pipe));
   return {
     [=](const std::string& topic, const context_delta&) {
@@ -359,7 +460,9 @@ role_runner(role_actor::stateful_pointer<role_state> self, role_config cfg,
     [=](const std::string& topic, const storage_ref&) {
       self->state.dispatch(topic, self->current_mailbox_element()->content());
     },
-    [=](const finish& x) { self->state.on_finish(x); },
+    [=](const finish& x) {
+      self->state.on_finish(x);
+    },
     [=](start_atom) {
       self->state.started = true;
       self->state.maybe_start();
@@ -392,8 +495,12 @@ role_runner(role_actor::stateful_pointer<role_state> self, role_config cfg,
       auto& st = self->state;
       if (st.stopped) {
         if (id == st.drain_id) {
-          log::warning(st.cfg.node, "not every peer finished within the "
-                                    "drain timeout; stopping anyway");
+          log::warning(st.cfg.node,
+                       st.released
+                         ? "loads or acknowledgements still outstanding at "
+                           "the drain timeout; stopping anyway"
+                         : "not every peer finished within the drain "
+                           "timeout; stopping anyway");
           st.quit_now();
         }
         return;
@@ -401,7 +508,22 @@ role_runner(role_actor::stateful_pointer<role_state> self, role_config cfg,
       if (st.pending && id == st.wait_id)
         st.resume(wait_outcome::timed_out);
     },
-    [=](done_atom) { self->state.quit_now(); },
+    [=](timer_atom, std::uint64_t id) {
+      self->state.on_timer(id);
+    },
+    [=](const peer_event& x) {
+      // Only this node's bus knows about peers.
+      if (self->current_sender()
+          != caf::actor_cast<caf::strong_actor_ptr>(self->state.cfg.bus)) {
+        count(trust_event::message_rejected);
+        return;
+      }
+      self->state.on_peer(x);
+    },
+    [=](done_atom) {
+      self->state.released = true;
+      self->state.maybe_quit();
+    },
   };
 }
 

@@ -12,7 +12,10 @@ const char* missing_warning<context_delta>() {
 }
 
 template <>
-caf::expected<context_delta> load_as<context_delta>(const storage_ref& ref) {
+caf::expected<context_delta>
+load_as<context_delta>(const storage_ref& ref, const storage_options& opts) {
+  if (auto err = confine(ref, opts))
+    return err;
   return load_context(ref);
 }
 

@@ -18,10 +18,10 @@ std::uint64_t item_count(const std::vector<payload>& xs) {
 
 bool operator==(const context_delta& x, const context_delta& y) {
   return x.sender == y.sender && x.epoch == y.epoch && x.seq == y.seq
-    && x.sender_roles == y.sender_roles && x.env_step == y.env_step
-    && x.env_episode == y.env_episode && x.train_iter == y.train_iter
-    && x.trajectories == y.trajectories && x.episodes == y.episodes
-    && x.trajectory_end_idx == y.trajectory_end_idx
+    && x.base == y.base && x.sender_roles == y.sender_roles
+    && x.env_step == y.env_step && x.env_episode == y.env_episode
+    && x.train_iter == y.train_iter && x.trajectories == y.trajectories
+    && x.episodes == y.episodes && x.trajectory_end_idx == y.trajectory_end_idx
     && x.has_trajectory_end_idx == y.has_trajectory_end_idx
     && x.model_version == y.model_version;
 }
@@ -30,6 +30,18 @@ bool empty(const context_delta& x) {
   return !x.env_step && !x.env_episode && !x.train_iter
     && x.trajectories.empty() && x.episodes.empty()
     && !x.has_trajectory_end_idx;
+}
+
+const char* sequence_error(const context_delta& x) {
+  if (x.seq > max_delta_seq)
+    return "seq beyond the limit";
+  if (x.seq == 0)
+    return x.base == 0 ? nullptr : "a base without a seq";
+  // base 0: the sender says nothing about older seqs (receivers start the
+  // stream at seq itself, the rule before protocol v3).
+  if (x.base > x.seq)
+    return "base beyond seq";
+  return nullptr;
 }
 
 } // namespace dice

@@ -17,6 +17,7 @@
 #include "dice/actors/local_cluster.hpp"
 #include "dice/actors/model_exchanger.hpp"
 #include "dice/actors/node.hpp"
+#include "dice/actors/storage_loader.hpp"
 #include "dice/errc.hpp"
 #include "dice/log.hpp"
 #include "dice/torch/model.hpp"
@@ -100,12 +101,17 @@ dice::middleware collect(mlp net, std::uint32_t node, bool trace = false) {
 }
 
 /// Learner: one Adam step on everything that arrived this iteration.
-dice::middleware train(mlp net, std::uint32_t node) {
+dice::middleware train(mlp net, std::uint32_t node, bool trace = false) {
   auto opt = std::make_shared<torch::optim::Adam>(
     net->parameters(), torch::optim::AdamOptions(1e-2));
   dice::middleware m;
   m.name = "train";
-  m.before = [net, opt, node](dice::context& ctx) mutable -> dice::step {
+  m.before = [net, opt, node, trace](dice::context& ctx) mutable -> dice::step {
+    // Tests read these lines to see when data arrived.
+    if (trace)
+      dice::log::info(node,
+                      "train iteration " + std::to_string(ctx.total_step)
+                        + " env_step " + std::to_string(ctx.env_step));
     auto items = dice::unpack<transition>(ctx.trajectories);
     if (!items) {
       dice::log::error(node,
@@ -139,15 +145,39 @@ struct config : dice::node_system_config {
   std::uint32_t collectors = 2;
   std::int64_t collector_steps = 0;
   bool trace = false;
+  std::string storage = "none";
+  std::string storage_dir = "/tmp/dice-storage";
   config() {
     opt_group{custom_options_, "global"}
       .add(steps, "steps", "learner iterations")
       .add(collectors, "collectors", "number of collectors")
       .add(collector_steps, "collector-steps",
            "collector iterations (0: until the learner finishes)")
-      .add(trace, "trace", "log the model version of every collection");
+      .add(trace, "trace",
+           "log every collection's model version and every training's "
+           "env_step")
+      .add(storage, "storage",
+           "context through a storage loader: none, file or shm")
+      .add(storage_dir, "storage-dir", "directory of --storage=file");
   }
 };
+
+/// DI-engine's `storage_loader=`: with --storage=file|shm collectors store
+/// their context and send references; every node loads them through its own
+/// loader.
+dice::context_exchanger_options
+context_options(caf::actor_system& sys, const config& cfg, std::uint32_t node) {
+  dice::context_exchanger_options opts;
+  if (cfg.storage == "none")
+    return opts;
+  dice::loader_options lo;
+  lo.kind = cfg.storage == "shm" ? dice::storage_kind::shm
+                                 : dice::storage_kind::file;
+  lo.dirname = cfg.storage_dir;
+  lo.node = node;
+  opts.storage_loader = dice::spawn_storage_loader(sys, lo);
+  return opts;
+}
 
 /// One node of a cluster: the pipeline of its role.
 int run_node(caf::actor_system& sys, const config& cfg,
@@ -164,10 +194,10 @@ int run_node(caf::actor_system& sys, const config& cfg,
   // A restarted learner greets collectors that wait for its model.
   if (roles.has(dice::role::learner))
     p.use(dice::learner_hello(dice::model_port_of(net.ptr())));
-  p.use(dice::context_exchanger())
+  p.use(dice::context_exchanger(context_options(sys, cfg, id)))
     .use(dice::model_exchanger(dice::model_port_of(net.ptr())));
   if (roles.has(dice::role::learner))
-    p.use(train(net, id));
+    p.use(train(net, id, cfg.trace));
   else if (roles.has(dice::role::collector))
     p.use(collect(net, id, cfg.trace));
   else
@@ -191,6 +221,11 @@ int run_node(caf::actor_system& sys, const config& cfg,
 
 int caf_main(caf::actor_system& sys, const config& cfg) {
   torch::manual_seed(0);
+  if (cfg.storage != "none" && cfg.storage != "file" && cfg.storage != "shm") {
+    dice::log::error(0,
+                     "bad --storage=" + cfg.storage + " (none, file or shm)");
+    return 1;
+  }
   auto ncfg = dice::make_node_config(cfg);
   if (!ncfg) {
     dice::log::error(0, "bad node settings: " + dice::render(ncfg.error()));
@@ -203,7 +238,7 @@ int caf_main(caf::actor_system& sys, const config& cfg) {
   auto add = [&](std::uint32_t id, dice::role r, mlp net,
                  dice::middleware work) {
     dice::pipeline p;
-    p.use(dice::context_exchanger())
+    p.use(dice::context_exchanger(context_options(sys, cfg, id)))
       .use(dice::model_exchanger(dice::model_port_of(net.ptr())))
       .use(std::move(work));
     // The learner sets the pace: it runs --steps iterations and its finish

@@ -2,6 +2,8 @@
 
 #include "dice/context.hpp"
 #include "dice/messages/finish.hpp"
+#include "dice/messages/peer_event.hpp"
+#include "dice/messages/storage_ref.hpp"
 #include "dice/node_report.hpp"
 #include "dice/role.hpp"
 
@@ -85,9 +87,36 @@ class node_services {
   virtual void request_finish(std::string reason) = 0;
 
   /// Work a node hands to `worker` (e.g. a loader that stores and then
-  /// publishes) must reach the bus before the node reports done: when the
-  /// node stops it asks each such worker to flush first.
+  /// publishes) must reach the bus before the node's finish and done: when
+  /// the node stops it asks each such worker to flush, and only then tells
+  /// the bus (so peers get the node's last data before its finish).
   virtual void flush_before_done(caf::actor worker) = 0;
+
+  /// Asks `loader` (a storage or model loader) to read `ref` and send
+  /// `(topic, item)` back, where the topic's handlers get it like a message
+  /// from the bus. Until the loader answered (or `role_config::load_timeout`
+  /// passed), a finish does not end the current wait and the node does not
+  /// quit: what a peer stored before its finish is still merged.
+  virtual void load(const caf::actor& loader, const storage_ref& ref,
+                    const std::string& topic)
+    = 0;
+
+  /// After the bus released this node, it quits only once `settled()`
+  /// holds (checked after every message; at most `drain_timeout` after the
+  /// node stopped), e.g. until a learner acknowledged every delta: its
+  /// storage loader removes what it stored when the node quits.
+  virtual void quit_when(std::function<bool()> settled) = 0;
+
+  /// Runs `fn` on the role actor after `delay` (the actor clock: a fake
+  /// one in tests); a timer that fires after the node stopped does nothing.
+  virtual void schedule(caf::timespan delay, std::function<void()> fn) = 0;
+
+  /// Handler for what the bus says about peers.
+  using peer_handler = std::function<void(const peer_event&)>;
+
+  /// `fn` hears every peer_event this node's bus sends (a peer connected or
+  /// was lost).
+  virtual void on_peer_event(peer_handler fn) = 0;
 
   /// The role actor itself (a worker sends what it loaded here).
   virtual caf::actor handle() = 0;

@@ -9,6 +9,7 @@
 #include "dice/messages/finish.hpp"
 #include "dice/messages/model_snapshot.hpp"
 #include "dice/messages/payload.hpp"
+#include "dice/messages/peer_event.hpp"
 #include "dice/messages/peer_hello.hpp"
 #include "dice/messages/snapshot_chunk.hpp"
 #include "dice/messages/storage_ref.hpp"
@@ -30,6 +31,7 @@ CAF_BEGIN_TYPE_ID_BLOCK(dice, caf::first_custom_type_id)
   CAF_ADD_TYPE_ID(dice, (dice::node_report))
   CAF_ADD_TYPE_ID(dice, (dice::peer_hello))
   CAF_ADD_TYPE_ID(dice, (dice::snapshot_chunk))
+  CAF_ADD_TYPE_ID(dice, (dice::peer_event))
 
   /// Subscribes an actor to a topic on a bus.
   CAF_ADD_ATOM(dice, dice, subscribe_atom, "subscribe")
@@ -65,6 +67,8 @@ CAF_BEGIN_TYPE_ID_BLOCK(dice, caf::first_custom_type_id)
   CAF_ADD_ATOM(dice, dice, load_atom, "load")
   /// Answered once everything queued before it has been handled (a barrier).
   CAF_ADD_ATOM(dice, dice, flush_atom, "flush")
+  /// Internal: a timer a middleware scheduled on its role actor fired.
+  CAF_ADD_ATOM(dice, dice, timer_atom, "timer")
 
 CAF_END_TYPE_ID_BLOCK(dice)
 

@@ -253,6 +253,10 @@ TEST_F(ContextExchangerTest, FieldsARoleDoesNotAcceptAreIgnored) {
   start({l});
   publish(bus, context_topic(role::collector), 9, d);
   ASSERT_EQ(llog->size(), 1u);
+  // The collector's earlier deltas went to the evaluator only; it resends
+  // them (after resend_timeout) to the learner, which acks them, before it
+  // quits.
+  advance(5s);
   EXPECT_EQ(llog->back().train_iter, 0);
   EXPECT_EQ(llog->back().env_step, 100);
   EXPECT_EQ(llog->back().trajectory_end_idx, (std::vector<std::int64_t>{1}));

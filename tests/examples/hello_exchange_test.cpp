@@ -1,12 +1,17 @@
 // Runs the hello_exchange example as a user would and checks the JSON line
 // each role actor prints at the end.
 
+#include "support/child_process.hpp"
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 #include <sys/wait.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -98,5 +103,74 @@ TEST(HelloExchange, BadOptionFailsWithNonZeroExit) {
   auto res = run_example("--collectors=notanumber");
   EXPECT_NE(res.exit_code, 0);
 }
+
+// -- nothing in flight is lost at the end of a two-process run -------------
+
+// Twenty two-process runs (learner + collector, dice-launch) with the
+// storage loader on and off, four at a time. Even runs are ended by the
+// collector (its last delta must reach the learner before its finish), odd
+// ones by the learner (the collector's last delta, made after the finish,
+// must still be loaded and merged before the learner quits).
+class LastDeltaProcesses : public testing::TestWithParam<bool> {};
+
+TEST_P(LastDeltaProcesses, TwentyRunsLoseNothing) {
+  using namespace std::chrono_literals;
+  namespace fs = std::filesystem;
+  auto dir = fs::temp_directory_path()
+    / ("dice-last-delta-proc-" + std::to_string(::getpid()));
+  auto bin = std::string{DICE_BINARY_DIR} + "/bin/";
+  auto start = [&](int i) {
+    std::vector<std::string> args{bin + "dice-launch",   "--workers", "2",
+                                  "--topology",          "star",      "--",
+                                  bin + "hello_exchange"};
+    if (i % 2 == 0) {
+      args.push_back("--steps=100000000");
+      args.push_back("--collector-steps=3");
+    } else {
+      args.push_back("--steps=3");
+    }
+    if (GetParam()) {
+      args.push_back("--storage=file");
+      args.push_back("--storage-dir=" + dir.string());
+    }
+    return std::make_unique<dice::test::child_process>(args);
+  };
+  int lossy = 0;
+  for (int batch = 0; batch < 5; ++batch) {
+    std::vector<std::unique_ptr<dice::test::child_process>> runs;
+    for (int k = 0; k < 4; ++k)
+      runs.push_back(start(batch * 4 + k));
+    for (auto& run : runs) {
+      auto rc = run->wait_exit(60s);
+      ASSERT_TRUE(rc) << run->text();
+      ASSERT_EQ(*rc, 0) << run->text();
+      long learner = -1;
+      long received = -1;
+      long collector = -1;
+      for (auto& line : run->lines()) {
+        if (line.find("\"stop_reason\"") == std::string::npos)
+          continue;
+        auto role = dice::test::json_str(line, "role");
+        if (role == "learner") {
+          learner = dice::test::json_int(line, "env_step");
+          received = dice::test::json_int(line, "trajectories_received");
+        } else if (role == "collector") {
+          collector = dice::test::json_int(line, "env_step");
+        }
+      }
+      ASSERT_GT(collector, 0) << run->text();
+      EXPECT_EQ(received, learner) << run->text();
+      if (learner != collector)
+        ++lossy;
+    }
+  }
+  fs::remove_all(dir);
+  EXPECT_EQ(lossy, 0) << "two-process runs that lost a delta, of 20";
+}
+
+INSTANTIATE_TEST_SUITE_P(Paths, LastDeltaProcesses, testing::Bool(),
+                         [](const testing::TestParamInfo<bool>& info) {
+                           return info.param ? "Loader" : "Bus";
+                         });
 
 } // namespace

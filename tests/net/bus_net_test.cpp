@@ -61,6 +61,7 @@ struct planet {
 struct member_state {
   std::vector<std::string> topics;
   std::vector<dice::finish> finishes;
+  std::vector<dice::peer_event> peer_events;
   int done = 0;
 };
 
@@ -76,6 +77,9 @@ caf::behavior member(member_actor* self) {
     },
     [=](dice::done_atom) {
       ++self->state.done;
+    },
+    [=](const dice::peer_event& x) {
+      self->state.peer_events.push_back(x);
     },
   };
 }
@@ -332,6 +336,32 @@ TEST_F(BusNet, LostPeerIsDroppedAndALonelyNodeStops) {
   advance_time(1s);
   ASSERT_EQ(member_of(ma).finishes.size(), 1u);
   EXPECT_TRUE(member_of(ma).finishes[0].failed);
+}
+
+// Members hear from their bus (as the sender) when a peer finished its
+// handshake and when it is lost: a collector resends at once on reconnect.
+TEST_F(BusNet, MembersHearWhenAPeerConnectsAndWhenItIsLost) {
+  bus_config ca;
+  ca.roles = {dice::role::learner};
+  bus_config cb;
+  cb.roles = {dice::role::collector};
+  auto a = spawn_bus(0, 0, ca);
+  auto b = spawn_bus(1, 1, cb);
+  auto ma = spawn_member(0, a, 0, {"t"});
+  auto mb = spawn_member(1, b, 1, {"t"});
+  publish(0, a, 8080);
+  attach(1, b, 0, "a", 8080);
+  ASSERT_EQ(member_of(ma).peer_events.size(), 1u);
+  ASSERT_EQ(member_of(mb).peer_events.size(), 1u);
+  EXPECT_EQ(member_of(ma).peer_events[0],
+            (dice::peer_event{1, {dice::role::collector}, true}));
+  EXPECT_EQ(member_of(mb).peer_events[0],
+            (dice::peer_event{0, {dice::role::learner}, true}));
+  caf::anon_send_exit(b, caf::exit_reason::user_shutdown);
+  exec_all();
+  ASSERT_EQ(member_of(ma).peer_events.size(), 2u);
+  EXPECT_EQ(member_of(ma).peer_events[1],
+            (dice::peer_event{1, {dice::role::collector}, false}));
 }
 
 TEST_F(BusNet, ExitFromARemoteActorIsIgnored) {

@@ -156,10 +156,12 @@ TEST(Reconnect, CollectorGetsTheRestartedLearnersModelFirst) {
     std::chrono::duration<double>(clock_type::now() - restarted_at).count(),
     10.0);
   // The restarted learner says plainly what it does not hold: the deltas
-  // the dead learner received are not in its counters.
+  // below the collector's base were acknowledged by the dead learner (its
+  // counters held them), so they are not in the new learner's.
   EXPECT_TRUE(learner->wait_for(
     std::regex{"first delta from node 1 \\(epoch [0-9]+\\) is seq [0-9]+: "
-               "deltas 1\\.\\.[0-9]+ went to an earlier learner or were lost"},
+               "its stream starts at seq [0-9]+; deltas 1\\.\\.[0-9]+ were "
+               "acknowledged by an earlier learner or given up"},
     10s))
     << learner->text();
   auto rc = learner->wait_exit(30s);

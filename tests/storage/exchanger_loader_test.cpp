@@ -42,8 +42,8 @@ model_snapshot weights(float value) {
   return b.build(0, 0, 0, 0);
 }
 
-// Holds a node in its second iteration (no finish: a reference published by
-// a loader is not ordered with the node's finish, see docs/storage.md).
+// Holds a node in its second iteration (so the test sees the state of a
+// running node).
 middleware gate() {
   middleware m;
   m.name = "gate";
@@ -72,21 +72,27 @@ class ExchangerLoaders : public dice::test::deterministic {
     fs::remove_all(dir);
   }
 
+  // The loaders of one cluster share a directory: a loader only opens
+  // references inside its own (dice::confine).
   loader_options options(std::uint32_t node) {
     loader_options opts;
-    opts.dirname = (dir / std::to_string(node)).string();
+    opts.dirname = dir.string();
     opts.node = node;
     opts.ttl = 20s;
     opts.detached = false;
     return opts;
   }
 
+  // Items node `node` stored ("dice.<node>.*").
   std::size_t files(std::uint32_t node) {
-    auto d = dir / std::to_string(node);
-    if (!fs::exists(d))
+    if (!fs::exists(dir))
       return 0;
-    return static_cast<std::size_t>(
-      std::distance(fs::directory_iterator{d}, fs::directory_iterator{}));
+    auto prefix = "dice." + std::to_string(node) + ".";
+    std::size_t n = 0;
+    for (auto& entry : fs::directory_iterator{dir})
+      if (entry.path().filename().string().rfind(prefix, 0) == 0)
+        ++n;
+    return n;
   }
 
   // Loaders with a TTL timer must stop before the fixture's actor system.
@@ -149,7 +155,7 @@ TEST_F(ExchangerLoaders, ADeletedModelFileWarnsAndTheWaitGoesOn) {
   x.epoch = 5;
   x.version = 3;
   storage_options so;
-  so.dirname = (dir / "learner").string();
+  so.dirname = dir.string();
   auto ref = store(so, x);
   ASSERT_TRUE(ref);
   ASSERT_FALSE(remove_storage(*ref));

@@ -1,16 +1,16 @@
 #pragma once
 
-#include <atomic>
-#include <chrono>
-#include <cstdint>
-#include <memory>
-#include <string>
-
 #include "dice/actors/storage_loader.hpp"
 #include "dice/middleware.hpp"
 #include "dice/role.hpp"
 
 #include "caf/timespan.hpp"
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
 
 namespace dice {
 
@@ -19,8 +19,12 @@ namespace dice {
 struct context_exchange_stats {
   /// Deltas a collector published for the first time.
   std::atomic<std::uint64_t> deltas_sent{0};
-  /// Deltas a collector published again because no ack came in time.
+  /// Deltas a collector published again because no ack came in time or a
+  /// learner (re)connected.
   std::atomic<std::uint64_t> deltas_resent{0};
+  /// Of those, deltas resent at once because a learner (re)connected
+  /// (peer_event) instead of after `resend_timeout`.
+  std::atomic<std::uint64_t> deltas_resent_on_connect{0};
   /// Acks a collector received that freed at least one delta.
   std::atomic<std::uint64_t> acks_received{0};
   /// Acks a learner published.
@@ -63,10 +67,11 @@ struct context_exchanger_options {
   /// Exactly-once with backpressure: a collector keeps at most this many
   /// deltas the learner has not acknowledged; with a full window its
   /// before-part waits. 0: DI-engine's fire-and-forget (no window, no
-  /// resend). Not applied with a storage_loader (refs are not resent).
+  /// resend). With a storage_loader too: a resend stores the delta again.
   std::size_t max_in_flight = 8;
-  /// A collector resends unacked deltas older than this (e.g. lost while a
-  /// peer reconnected; the learner drops any duplicate).
+  /// A collector resends unacked deltas older than this (e.g. lost on the
+  /// way; the learner drops any duplicate). When a learner (re)connects it
+  /// resends them all at once instead.
   caf::timespan resend_timeout = std::chrono::seconds{5};
   /// Longest wait for a free window slot; past it the collector warns,
   /// drops its oldest unacked delta (counted in deltas_evicted) and goes on.

@@ -1,19 +1,11 @@
 #pragma once
 
-#include <chrono>
-#include <cstdint>
-#include <functional>
-#include <map>
-#include <memory>
-#include <optional>
-#include <string>
-#include <vector>
-
 #include "dice/actors/bus.hpp"
 #include "dice/context.hpp"
 #include "dice/messages/context_delta.hpp"
 #include "dice/messages/finish.hpp"
 #include "dice/messages/model_snapshot.hpp"
+#include "dice/messages/peer_event.hpp"
 #include "dice/messages/storage_ref.hpp"
 #include "dice/middleware.hpp"
 #include "dice/node_report.hpp"
@@ -23,10 +15,20 @@
 #include "caf/typed_actor.hpp"
 #include "caf/typed_event_based_actor.hpp"
 
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
 namespace dice {
 
 /// A learner, collector, evaluator or fetcher: runs a pipeline iteration by
 /// iteration and handles the messages its exchangers subscribed to.
+// clang-format off
 using role_actor = caf::typed_actor<
   caf::reacts_to<std::string, context_delta>,
   caf::reacts_to<std::string, model_snapshot>,
@@ -37,7 +39,10 @@ using role_actor = caf::typed_actor<
   caf::replies_to<report_atom>::with<node_report>,
   caf::reacts_to<iterate_atom>,
   caf::reacts_to<deadline_atom, std::uint64_t>,
+  caf::reacts_to<timer_atom, std::uint64_t>,
+  caf::reacts_to<peer_event>,
   caf::reacts_to<done_atom>>;
+// clang-format on
 
 /// Settings of a role actor.
 struct role_config {
@@ -61,6 +66,8 @@ struct role_config {
   /// After its last iteration a node keeps receiving until every member of
   /// the bus is done (so nothing in flight is lost), at most this long.
   caf::timespan drain_timeout = std::chrono::seconds{10};
+  /// Longest wait for one load a middleware started (node_services::load).
+  caf::timespan load_timeout = std::chrono::seconds{30};
 };
 
 /// State of a role actor; implements the services middleware sees.
@@ -80,6 +87,11 @@ struct role_state : node_services {
   void flush_before_done(caf::actor worker) override;
   caf::actor handle() override;
   caf::actor bus_handle() override;
+  void load(const caf::actor& loader, const storage_ref& ref,
+            const std::string& topic) override;
+  void quit_when(std::function<bool()> settled) override;
+  void schedule(caf::timespan delay, std::function<void()> fn) override;
+  void on_peer_event(peer_handler fn) override;
   node_report& report() override;
   caf::actor_system& system() override;
 
@@ -107,15 +119,33 @@ struct role_state : node_services {
   /// `in_step` is true when called from inside an iteration.
   void on_finish(const finish& x, bool in_step = false);
 
+  /// Ends the pending wait with `finished` once no load is outstanding.
+  void end_wait_if_finished();
+
+  /// A load started by `load()` was answered (or timed out).
+  void load_done();
+
+  /// Hands a peer_event from the bus to the middleware.
+  void on_peer(const peer_event& x);
+
+  /// Runs the middleware timer `id` if it is still scheduled.
+  void on_timer(std::uint64_t id);
+
   /// Finishes the iteration: next one, or stop.
   void end_iteration();
 
-  /// Ends iterating: tells the bus this node is done and waits (bounded)
-  /// until every member is, still receiving messages.
+  /// Ends iterating: once the workers flushed, tells the bus that the run
+  /// is over and that this node is done, then waits (bounded) until every
+  /// member is, still receiving messages.
   void stop(const std::string& reason);
 
-  /// Tells the bus this node is done (after the workers flushed).
+  /// Tells the bus the run is over (if this node has not yet) and that
+  /// this node is done (after the workers flushed).
   void send_done();
+
+  /// Quits once released, with no load pending and every quit condition
+  /// holding.
+  void maybe_quit();
 
   /// Runs the stop hooks, reports and quits.
   void quit_now();
@@ -163,6 +193,21 @@ struct role_state : node_services {
   std::uint64_t drain_id = 0;
   /// This node already told the bus that the run is over.
   bool finish_sent = false;
+  /// The finish this node decided on; it goes to the bus from stop(), after
+  /// the node's last data.
+  std::optional<finish> own_finish;
+  /// Loads started by middleware and not answered yet.
+  std::size_t pending_loads = 0;
+  /// The bus released this node (every member of the cluster is done).
+  bool released = false;
+  /// What must hold before the node quits (node_services::quit_when).
+  std::vector<std::function<bool()>> quit_conditions;
+  /// Middleware timers by id.
+  std::map<std::uint64_t, std::function<void()>> timers;
+  /// Source of timer ids.
+  std::uint64_t timer_id = 0;
+  /// Handlers of peer events.
+  std::vector<peer_handler> peer_handlers;
   /// Why the node stops.
   std::string stop_reason;
   /// Requests for `ready_atom` that arrived before joining.
@@ -174,6 +219,6 @@ struct role_state : node_services {
 /// Behaviour of a role actor.
 role_actor::behavior_type
 role_runner(role_actor::stateful_pointer<role_state> self, role_config cfg,
-     pipeline pipe);
+            pipeline pipe);
 
 } // namespace dice

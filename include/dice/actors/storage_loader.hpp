@@ -30,11 +30,13 @@ using storage_loader_actor = caf::typed_actor<
   // bus for each topic (DI-engine's save(cb) with cb = emit).
   caf::reacts_to<save_atom, context_delta, caf::actor,
                  std::vector<std::string>>,
-  // load(ref, receiver, topic): load, then send (topic, context_delta) to the
-  // receiver; a deleted or expired item gives DI-engine's warning instead.
-  caf::reacts_to<load_atom, storage_ref, caf::actor, std::string>,
+  // load(ref, receiver, topic) -> true: load, send (topic, context_delta) to
+  // the receiver, then answer (so the answer comes after the item); a ref
+  // outside this loader's directory or shm namespace is refused, a deleted
+  // or expired item gives DI-engine's warning, and the answer is false.
+  caf::replies_to<load_atom, storage_ref, caf::actor, std::string>::with<bool>,
   // flush -> true once every earlier save has been published (the role
-  // actor's barrier before it tells its bus it is done)
+  // actor's barrier before it tells its bus the run is over and it is done)
   caf::replies_to<flush_atom>::with<bool>,
   // internal: remove expired items
   caf::reacts_to<tick_atom>>;

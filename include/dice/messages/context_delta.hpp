@@ -21,6 +21,12 @@ struct context_delta {
   std::uint64_t epoch = 0;
   /// Per-sender sequence number, 1 for the first delta of an epoch.
   std::uint64_t seq = 0;
+  /// Lowest seq of this (sender, epoch) the sender holds unacknowledged when
+  /// it sends (1 <= base <= seq): every seq below it is settled, so a
+  /// receiver new to the stream starts it here instead of at whatever seq
+  /// reaches it first (protocol v3). 0 says nothing (the stream is taken to
+  /// start at `seq`); dice's exchangers always set it.
+  std::uint64_t base = 0;
   /// Roles of the sender when it sent this delta.
   role_set sender_roles;
   /// env_step increment since the previous delta (collectors only).
@@ -47,12 +53,21 @@ bool operator==(const context_delta& x, const context_delta& y);
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, context_delta& x) {
   return f(caf::meta::type_name("dice::context_delta"), x.sender, x.epoch,
-           x.seq, x.sender_roles, x.env_step, x.env_episode, x.train_iter,
-           x.trajectories, x.episodes, x.trajectory_end_idx,
+           x.seq, x.base, x.sender_roles, x.env_step, x.env_episode,
+           x.train_iter, x.trajectories, x.episodes, x.trajectory_end_idx,
            x.has_trajectory_end_idx, x.model_version);
 }
 
 /// True when the delta carries no field at all (DI-engine skips the emit).
 bool empty(const context_delta& x);
+
+/// Largest seq (and base) a delta may carry: far beyond any run, and low
+/// enough that a receiver's `seq + 1` can never wrap.
+inline constexpr std::uint64_t max_delta_seq = std::uint64_t{1} << 62;
+
+/// Why the sequence fields of `x` (from the wire) cannot be right, or
+/// nullptr when they are consistent: seq <= max_delta_seq and base <= seq
+/// (base 0 for an unsequenced delta).
+const char* sequence_error(const context_delta& x);
 
 } // namespace dice

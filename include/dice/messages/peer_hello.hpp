@@ -21,7 +21,8 @@ inline constexpr std::size_t max_hello_backlog = 1 << 16;
 
 /// Version of the bus-to-bus protocol; peers with another version are
 /// refused at the handshake. 3: every connection starts with dice's
-/// preamble (net/preamble.hpp) before CAF's BASP.
+/// preamble (net/preamble.hpp) before CAF's BASP, and context deltas carry
+/// `base`.
 inline constexpr std::uint32_t bus_protocol_version = 3;
 
 /// The handshake between two node buses: who the node is, what it listens
