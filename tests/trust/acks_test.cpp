@@ -299,4 +299,48 @@ TEST_F(AcksTest, RestartedCollectorIsCountedPerIncarnation) {
   EXPECT_EQ(reps[0].trajectories_received, sent_by_first + 18);
 }
 
+// The bus tells the collector that a learner connected (peer_event): the
+// collector resends every unacked delta at once instead of after
+// resend_timeout (deltas sent into a dead connection had stalled it 5-10 s).
+TEST_F(AcksTest, ALearnerConnectingTriggersAnImmediateResend) {
+  bus_config bcfg;
+  bcfg.max_held_per_topic = 0; // a bus that loses what nobody receives yet
+  auto bus = sys.spawn(dice::bus, bcfg);
+  spawned.push_back(caf::actor_cast<caf::actor>(bus));
+  run();
+  auto cstats = make_stats();
+  context_exchanger_options copts;
+  copts.max_in_flight = 3;
+  copts.resend_timeout = 5s;
+  copts.stats = cstats;
+  auto c = spawn_role(bus, 2, {role::collector}, collector_pipe(2, 3, copts));
+  start({c});
+  EXPECT_EQ(cstats->deltas_sent, 3u); // into the void; the window is full
+  auto lstats = make_stats();
+  context_exchanger_options lopts;
+  lopts.stats = lstats;
+  auto l = spawn_role(bus, 0, {role::learner}, learner_pipe(100ms, lopts), 5);
+  start({l});
+  EXPECT_EQ(cstats->deltas_resent, 0u);
+  // Only the node's own bus may say so: the same event from anyone else is
+  // refused.
+  auto rejected = counter(trust_event::message_rejected);
+  caf::anon_send(c, peer_event{0, {role::learner}, true});
+  run();
+  EXPECT_EQ(cstats->deltas_resent, 0u);
+  EXPECT_EQ(counter(trust_event::message_rejected), rejected + 1);
+  caf::send_as(caf::actor_cast<caf::actor>(bus), c,
+               peer_event{0, {role::learner}, true});
+  run();
+  EXPECT_EQ(cstats->deltas_resent_on_connect, 3u) << "no time has passed";
+  EXPECT_EQ(cstats->deltas_resent, 3u);
+  for (int i = 0; i < 20 && stopped() < 2; ++i)
+    advance(100ms);
+  stopped();
+  ASSERT_EQ(got_.size(), 2u);
+  EXPECT_GE(got_[2].env_step, 9);
+  EXPECT_EQ(got_[0].env_step, got_[2].env_step);
+  EXPECT_EQ(got_[0].trajectories_received, got_[2].env_step);
+}
+
 } // namespace

@@ -28,8 +28,11 @@ const std::regex collect_line{"collect iteration ([0-9]+) "};
 
 std::vector<std::string> node(int id, std::string loss_timeout,
                               std::vector<std::string> extra) {
-  std::vector<std::string> args{bin, "--dice.node-id=" + std::to_string(id),
-                                "--dice.workers=3", "--dice.topology=star",
+  std::vector<std::string> args{bin,
+                                "--dice.node-id=" + std::to_string(id),
+                                "--dice.workers=3",
+                                "--dice.topology=star",
+                                "--dice.host=127.0.0.1",
                                 "--dice.peer-loss-timeout=" + loss_timeout};
   args.insert(args.end(), extra.begin(), extra.end());
   return args;
