@@ -22,6 +22,7 @@ std::string to_string(errc x) {
     case errc::user_exception: return "user_exception";
     case errc::unreachable: return "unreachable";
     case errc::unauthorized: return "unauthorized";
+    case errc::retry_later: return "retry_later";
   }
   return "unknown";
 }

@@ -26,6 +26,9 @@ const char* to_string(trust_event x) noexcept {
     case trust_event::preamble_rejected: return "preamble_rejected";
     case trust_event::preamble_timeout: return "preamble_timeout";
     case trust_event::pending_evicted: return "pending_evicted";
+    case trust_event::anonymous_dropped: return "anonymous_dropped";
+    case trust_event::stranger_dropped: return "stranger_dropped";
+    case trust_event::forged_origin: return "forged_origin";
   }
   return "unknown";
 }

@@ -40,6 +40,10 @@ enum class errc : std::uint8_t {
   unreachable,
   /// The peer failed authentication.
   unauthorized,
+  /// Not now: the peer still holds a connection this one would replace
+  /// (e.g. a restarted node whose old connection is not yet seen dead);
+  /// try again after a backoff.
+  retry_later,
 };
 
 /// The enumerator's name, e.g. "model_mismatch".

@@ -37,10 +37,22 @@ enum class trust_event : std::uint8_t {
   /// A connection still in the preamble was closed to make room for a new
   /// one (the listener's cap on pending connections).
   pending_evicted,
+  /// A message without a sender was dropped: every message a dice actor
+  /// accepts names its sender (CAF cannot tell a remote anonymous message
+  /// from a local one).
+  anonymous_dropped,
+  /// A message from an actor that may not send it was dropped: a remote
+  /// actor that is no authenticated peer, a remote actor sending local
+  /// control (join, publish, attach, finish...), or a sender CAF resolved
+  /// from this node's registry (which a remote node can name).
+  stranger_dropped,
+  /// An authenticated peer's message named another node as its sender or
+  /// origin (peers never relay: a forward comes from its publisher).
+  forged_origin,
 };
 
 /// Number of trust_event kinds.
-inline constexpr std::size_t trust_event_count = 13;
+inline constexpr std::size_t trust_event_count = 16;
 
 /// The enumerator's name, e.g. "auth_refused".
 const char* to_string(trust_event x) noexcept;

@@ -69,6 +69,11 @@ CAF_BEGIN_TYPE_ID_BLOCK(dice, caf::first_custom_type_id)
   CAF_ADD_ATOM(dice, dice, flush_atom, "flush")
   /// Internal: a timer a middleware scheduled on its role actor fired.
   CAF_ADD_ATOM(dice, dice, timer_atom, "timer")
+  /// Asks a bus for its gate (the one actor of a node that peers address).
+  CAF_ADD_ATOM(dice, dice, gate_atom, "gate")
+  /// A bus asks its gate to send a handshake request to a peer in the gate's
+  /// name.
+  CAF_ADD_ATOM(dice, dice, ask_atom, "ask")
 
 CAF_END_TYPE_ID_BLOCK(dice)
 
