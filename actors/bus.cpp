@@ -1,13 +1,18 @@
 #include "dice/actors/bus.hpp"
 
+#include "dice/actors/gate.hpp"
 #include "dice/auth.hpp"
 #include "dice/errc.hpp"
 #include "dice/log.hpp"
+#include "dice/messages/context_delta.hpp"
+#include "dice/messages/peer_event.hpp"
+#include "dice/messages/storage_ref.hpp"
 #include "dice/trust.hpp"
 
 #include "caf/actor_system.hpp"
 #include "caf/exit_reason.hpp"
 #include "caf/io/middleman.hpp"
+#include "caf/message_handler.hpp"
 #include "caf/openssl/manager.hpp"
 #include "caf/send.hpp"
 
@@ -39,34 +44,58 @@ bus_peer* find_peer(bus_ptr self, std::uint32_t node) {
   return nullptr;
 }
 
-// True if the current message comes from the bus of a connected peer (i.e.
-// one that passed the handshake, and the secret check if any).
-bool from_peer(bus_ptr self) {
-  auto& src = self->current_sender();
-  if (!src)
-    return false;
+bus_peer* find_peer(bus_ptr self, const caf::actor_addr& handle) {
   for (auto& p : self->state.peers)
-    if (p.handle.address().node() == src->node())
-      return true;
+    if (p.handle.address() == handle)
+      return &p;
+  return nullptr;
+}
+
+// Sends to an actor of this node in the bus's name (a typed actor may not
+// send() to an untyped one; an anonymous message would be refused).
+template <class... Ts>
+void tell(bus_ptr self, const caf::actor& dest, Ts&&... xs) {
+  caf::send_as(caf::actor_cast<caf::actor>(self), dest,
+               std::forward<Ts>(xs)...);
+}
+
+// Sends to a peer in the gate's name: no id but the gate's leaves the node.
+template <class... Ts>
+void to_peer(bus_ptr self, const caf::actor& peer, Ts&&... xs) {
+  caf::send_as(self->state.gate, peer, std::forward<Ts>(xs)...);
+}
+
+void drop(bus_ptr self, trust_event ev, const caf::strong_actor_ptr& src,
+          const std::string& what, const std::string& why) {
+  self->state.drops.drop(self->state.cfg.node, ev, src, what, why,
+                         self->clock().now());
+}
+
+// Local control: only from an actor of this node that names itself and that
+// no other node can name (not the gate, nothing in CAF's registry).
+bool local_only(bus_ptr self, const char* what) {
+  auto& src = self->current_sender();
+  auto kind = classify(src, self->system());
+  if (kind == sender_kind::local
+      && src != caf::actor_cast<caf::strong_actor_ptr>(self->state.gate))
+    return true;
+  if (kind == sender_kind::anonymous)
+    drop(self, trust_event::anonymous_dropped, src, what,
+         "local control must name its sender");
+  else
+    drop(self, trust_event::stranger_dropped, src, what,
+         "local control is taken from this node's own actors only");
   return false;
 }
 
-// True if the current message comes from another CAF node that is no
-// connected peer: a stranger, or a peer before its handshake. (CAF 0.17
-// cannot tell an anonymous remote message from a local one; TLS keeps
-// strangers off the port altogether.)
-bool from_stranger(bus_ptr self) {
+bool from_gate(bus_ptr self, const char* what) {
   auto& src = self->current_sender();
-  return src && src->node() != self->node() && !from_peer(self);
-}
-
-// Drops a message that only a connected peer (or a local member) may send.
-void refuse(bus_ptr self, const char* what) {
-  count(trust_event::message_rejected);
-  if (counter(trust_event::message_rejected) % 1024 == 1)
-    log::warning(self->state.cfg.node,
-                 std::string{"dropped "} + what
-                   + " from a node that is not a connected peer");
+  if (src && src == caf::actor_cast<caf::strong_actor_ptr>(self->state.gate))
+    return true;
+  drop(self,
+       src ? trust_event::stranger_dropped : trust_event::anonymous_dropped,
+       src, what, "the handshake reaches the bus through its gate only");
+  return false;
 }
 
 // Topics any local member subscribed to.
@@ -76,6 +105,11 @@ std::vector<std::string> local_topics(bus_ptr self) {
     if (!subs.empty())
       result.push_back(topic);
   return result;
+}
+
+bool subscribed_here(bus_ptr self, const std::string& topic) {
+  auto i = self->state.topics.find(topic);
+  return i != self->state.topics.end() && !i->second.empty();
 }
 
 peer_hello make_hello(bus_ptr self) {
@@ -114,36 +148,51 @@ void hold(bus_ptr self, const std::string& topic, std::uint32_t sender,
   auto& st = self->state;
   auto& q = st.held[topic];
   q.emplace_back(sender, msg);
-  if (q.size() > st.cfg.max_held_per_topic) {
+  // Only the last message of a retained topic matters (e.g. the latest
+  // model): keeping older ones only costs memory.
+  auto limit = contains(st.cfg.retained_topics, topic)
+    ? std::size_t{1}
+    : st.cfg.max_held_per_topic;
+  if (q.size() > limit) {
     q.pop_front();
-    if (++st.held_dropped % 1024 == 1)
+    if (limit > 1 && ++st.held_dropped % 1024 == 1)
       log::warning(st.cfg.node,
                    "bus: no subscriber for topic '" + topic
                      + "', dropped the oldest held message");
   }
 }
 
-// Sends a message to a peer bus; snapshots above the chunk size in chunks
+// Sends a message to a peer; snapshots above the chunk size in chunks
 // (`chunks` caches the split across peers).
-void forward_to_peer(bus_ptr self, const bus_actor& peer,
+void forward_to_peer(bus_ptr self, const caf::actor& peer,
                      const std::string& topic, std::uint32_t sender,
                      const caf::message& msg,
                      std::vector<snapshot_chunk>& chunks) {
   auto& st = self->state;
   if (!st.chunks.splits(msg)) {
-    self->send(peer, forward_atom::value, topic, sender, msg);
+    to_peer(self, peer, forward_atom::value, topic, sender, msg);
     return;
   }
   if (chunks.empty())
     chunks = st.chunks.split(st.cfg.node, topic, sender,
                              msg.get_as<model_snapshot>(1));
   for (auto& c : chunks)
-    self->send(peer, forward_atom::value, c);
+    to_peer(self, peer, forward_atom::value, c);
+}
+
+// Hands a new peer what was held or retained for its topics, through the
+// chunker like any other large snapshot.
+void send_backlog(bus_ptr self, const caf::actor& peer,
+                  const std::vector<std::string>& topics) {
+  for (auto& [topic, x] : take_backlog(self, topics)) {
+    std::vector<snapshot_chunk> chunks;
+    forward_to_peer(self, peer, topic, x.first, x.second, chunks);
+  }
 }
 
 // Delivers to local subscribers (never back to the sender's node) and, for
 // messages of local members, once to each peer subscribed to the topic.
-// Holds the message when nobody at all subscribed.
+// Holds a local member's message when nobody at all subscribed.
 void route(bus_ptr self, const std::string& topic, std::uint32_t sender,
            const caf::message& msg, bool from_peer) {
   auto& st = self->state;
@@ -155,21 +204,21 @@ void route(bus_ptr self, const std::string& topic, std::uint32_t sender,
     for (auto& sub : i->second) {
       any = true;
       if (sub.node != sender)
-        caf::anon_send(sub.member, msg);
+        tell(self, sub.member, msg);
     }
   }
   // Peers never relay what they got from a peer: delivery is to direct
   // peers only, once (DI-engine's bus semantics, minus the losses).
-  if (!from_peer) {
-    // Large snapshots go out in chunks, split (and checksummed) once for
-    // all peers; the chunks share the snapshot's buffer.
-    std::vector<snapshot_chunk> chunks;
-    for (auto& p : st.peers)
-      if (p.node != sender && contains(p.topics, topic)) {
-        any = true;
-        forward_to_peer(self, p.handle, topic, sender, msg, chunks);
-      }
-  }
+  if (from_peer)
+    return;
+  // Large snapshots go out in chunks, split (and checksummed) once for
+  // all peers; the chunks share the snapshot's buffer.
+  std::vector<snapshot_chunk> chunks;
+  for (auto& p : st.peers)
+    if (p.node != sender && contains(p.topics, topic)) {
+      any = true;
+      forward_to_peer(self, p.handle, topic, sender, msg, chunks);
+    }
   if (!any)
     hold(self, topic, sender, msg);
 }
@@ -188,14 +237,14 @@ void add_subscriber(bus_ptr self, const std::string& topic, std::uint32_t node,
   // Peers learn about a topic when this node first listens to it.
   if (subs.size() == 1)
     for (auto& p : st.peers)
-      self->send(p.handle, subscribe_atom::value, topic, st.cfg.node);
+      to_peer(self, p.handle, subscribe_atom::value, topic, st.cfg.node);
   // Hand over what was published before anyone listened.
   auto i = st.held.find(topic);
   if (i == st.held.end())
     return;
   for (auto& [sender, msg] : i->second)
     if (sender != node)
-      caf::anon_send(member, msg);
+      tell(self, member, msg);
   st.held.erase(i);
 }
 
@@ -231,7 +280,7 @@ void release(bus_ptr self) {
   auto& st = self->state;
   st.released = true;
   for (auto& m : st.done)
-    caf::anon_send(m, done_atom::value);
+    tell(self, m, done_atom::value);
   st.done.clear();
 }
 
@@ -250,7 +299,7 @@ void check_all_done(bus_ptr self) {
   if (!st.drained) {
     st.drained = true;
     for (auto& p : st.peers)
-      self->send(p.handle, done_atom::value, st.cfg.node);
+      to_peer(self, p.handle, done_atom::value, st.cfg.node);
   }
   for (auto& p : st.peers)
     if (!p.drained)
@@ -269,13 +318,27 @@ void on_finish(bus_ptr self, const finish& x) {
                 + x.reason);
   for (auto& m : st.members)
     if (m.node != x.sender)
-      caf::anon_send(m.member, x);
+      tell(self, m.member, x);
   // Relay to every peer (they drop duplicates): finish floods hop by hop
   // across star and alone topologies, as in DI-engine.
   for (auto& p : st.peers)
-    self->send(p.handle, x);
+    to_peer(self, p.handle, x);
   st.loss_timer = 0;
   check_all_done(self);
+}
+
+// Ends the run with an error this node found itself.
+void fail(bus_ptr self, const std::string& why) {
+  auto& st = self->state;
+  log::error(st.cfg.node, why);
+  finish x{st.cfg.node, "error: " + why, true};
+  auto first = !st.finished;
+  on_finish(self, x);
+  // on_finish skips the sender's node; this finish is for it.
+  if (first)
+    for (auto& m : st.members)
+      if (m.node == x.sender)
+        tell(self, m.member, x);
 }
 
 void schedule_reconnect(bus_ptr self, std::size_t idx) {
@@ -293,16 +356,32 @@ void schedule_reconnect(bus_ptr self, std::size_t idx) {
   ep.backoff = std::min(ep.backoff * 2, st.cfg.reconnect_max);
 }
 
+// Forgets a peer whose connection is stale (it handshook again through the
+// same gate): its partial transfers can never complete.
+void forget_peer(bus_ptr self, const caf::actor_addr& handle,
+                 const std::string& why) {
+  auto& st = self->state;
+  auto i = std::find_if(st.peers.begin(), st.peers.end(),
+                        [&](const bus_peer& p) {
+                          return p.handle.address() == handle;
+                        });
+  if (i == st.peers.end())
+    return;
+  self->demonitor(i->handle);
+  st.chunks.drop_origin(i->node, st.cfg.node, why);
+  st.peers.erase(i);
+}
+
 // Tells every local member that a peer connected or was lost (e.g. a
 // collector resends what a learner has not acknowledged at once).
 void notify_members(bus_ptr self, const bus_peer& p, bool up) {
   peer_event ev{p.node, p.roles, up};
   for (auto& m : self->state.members)
-    caf::send_as(caf::actor_cast<caf::actor>(self), m.member, ev);
+    tell(self, m.member, ev);
 }
 
 // Registers a peer after a successful handshake.
-void add_peer(bus_ptr self, bus_peer p, const peer_hello& h) {
+bus_peer& insert_peer(bus_ptr self, bus_peer p) {
   auto& st = self->state;
   self->monitor(p.handle);
   log::info(st.cfg.node, "connected to peer " + describe(p));
@@ -310,6 +389,11 @@ void add_peer(bus_ptr self, bus_peer p, const peer_hello& h) {
     st.endpoints[*p.endpoint].backoff = caf::timespan{0};
   notify_members(self, p, true);
   st.peers.push_back(std::move(p));
+  return st.peers.back();
+}
+
+// What follows once the peer's backlog (if any) was handled.
+void peer_added(bus_ptr self, const peer_hello& h) {
   update_loss_timer(self);
   deliver_waiters(self);
   // A node that joins a finished cluster is told at once.
@@ -318,8 +402,238 @@ void add_peer(bus_ptr self, bus_peer p, const peer_hello& h) {
   check_all_done(self);
 }
 
-void send_hello(bus_ptr self, std::size_t idx, bus_actor peer,
+// -- what peers send
+// -----------------------------------------------------------
+
+// A peer forwards what was published on its own node (peers never relay):
+// the forward's sender, the content's topic and the sender or origin named
+// inside must all be that peer.
+bool speaks_for_itself(bus_ptr self, const bus_peer& p,
+                       const caf::strong_actor_ptr& src,
+                       const std::string& topic, std::uint32_t sender,
+                       const caf::message& msg) {
+  auto what = "a forward from node " + std::to_string(p.node);
+  auto forged = [&](const std::string& why) {
+    drop(self, trust_event::forged_origin, src, what, why);
+    return false;
+  };
+  if (sender != p.node)
+    return forged("it names node " + std::to_string(sender) + " as its sender");
+  if (msg.size() != 2 || !msg.match_element<std::string>(0)) {
+    drop(self, trust_event::message_rejected, src, what,
+         "not a (topic, content) message");
+    return false;
+  }
+  if (msg.get_as<std::string>(0) != topic)
+    return forged("its content is labelled with another topic");
+  std::uint32_t named = p.node;
+  if (msg.match_element<context_delta>(1))
+    named = msg.get_as<context_delta>(1).sender;
+  else if (msg.match_element<model_snapshot>(1))
+    named = msg.get_as<model_snapshot>(1).sender;
+  else if (msg.match_element<storage_ref>(1))
+    named = msg.get_as<storage_ref>(1).origin;
+  else {
+    drop(self, trust_event::message_rejected, src, what,
+         "its content is no delta, snapshot or storage reference");
+    return false;
+  }
+  if (named != p.node)
+    return forged("its content names node " + std::to_string(named));
+  return true;
+}
+
+bool unknown_topic(bus_ptr self, const bus_peer& p, const std::string& topic) {
+  // Peers forward only topics this node subscribed to; anything else is a
+  // broken or hostile peer and would only pile up.
+  if (subscribed_here(self, topic))
+    return false;
+  count(trust_event::unknown_topic);
+  if (counter(trust_event::unknown_topic) % 1024 == 1)
+    log::warning(self->state.cfg.node,
+                 "dropped a message on unknown topic '" + topic.substr(0, 64)
+                   + "' from node " + std::to_string(p.node));
+  return true;
+}
+
+void peer_forward(bus_ptr self, const bus_peer& p,
+                  const caf::strong_actor_ptr& src, const std::string& topic,
+                  std::uint32_t sender, const caf::message& msg) {
+  if (!speaks_for_itself(self, p, src, topic, sender, msg)
+      || unknown_topic(self, p, topic))
+    return;
+  route(self, topic, sender, msg, true);
+}
+
+void peer_chunk(bus_ptr self, const bus_peer& p,
+                const caf::strong_actor_ptr& src, snapshot_chunk& c) {
+  auto& st = self->state;
+  // Item 7: a transfer is keyed by its origin; only the peer's own.
+  if (c.origin != p.node || c.sender != p.node) {
+    drop(self, trust_event::forged_origin, src,
+         "a snapshot chunk from node " + std::to_string(p.node),
+         "it names node " + std::to_string(c.origin) + " as its origin and "
+           + std::to_string(c.sender) + " as its sender");
+    return;
+  }
+  if (c.seq == 0 && unknown_topic(self, p, c.topic))
+    return;
+  auto x = st.chunks.add(std::move(c), st.cfg.node);
+  if (!x)
+    return;
+  if (x->snapshot.sender != p.node) {
+    drop(self, trust_event::forged_origin, src,
+         "a snapshot from node " + std::to_string(p.node),
+         "it names node " + std::to_string(x->snapshot.sender)
+           + " as its sender");
+    return;
+  }
+  route(self, x->topic, x->sender,
+        caf::make_message(x->topic, std::move(x->snapshot)), true);
+}
+
+void peer_subscribe(bus_ptr self, bus_peer& p, const caf::strong_actor_ptr& src,
+                    const std::string& topic, std::uint32_t node) {
+  auto& st = self->state;
+  if (node != p.node) {
+    drop(self, trust_event::forged_origin, src,
+         "a subscription from node " + std::to_string(p.node),
+         "it names node " + std::to_string(node));
+    return;
+  }
+  if (contains(p.topics, topic))
+    return;
+  p.topics.push_back(topic);
+  if (auto i = st.held.find(topic); i != st.held.end()) {
+    for (auto& [sender, msg] : i->second) {
+      std::vector<snapshot_chunk> chunks;
+      forward_to_peer(self, p.handle, topic, sender, msg, chunks);
+    }
+    st.held.erase(i);
+  }
+}
+
+void peer_done(bus_ptr self, bus_peer& p, const caf::strong_actor_ptr& src,
+               std::uint32_t node) {
+  if (node != p.node) {
+    drop(self, trust_event::forged_origin, src,
+         "a done from node " + std::to_string(p.node),
+         "it names node " + std::to_string(node));
+    return;
+  }
+  p.drained = true;
+  check_all_done(self);
+}
+
+// Runs `fn` with the peer that sent the current message. A message from a
+// peer whose handshake answer is still in flight waits for it; anything
+// else is a stranger's.
+template <class Fn, class Early>
+void with_peer(bus_ptr self, const char* what, Fn fn, Early early) {
+  auto& st = self->state;
+  auto& src = self->current_sender();
+  auto addr = caf::actor_cast<caf::actor_addr>(src);
+  if (src && src->node() != self->node()) {
+    if (auto p = find_peer(self, addr)) {
+      fn(*p, src);
+      return;
+    }
+    if (auto i = st.handshakes.find(addr); i != st.handshakes.end()) {
+      if (i->second.early.size() < max_handshake_backlog)
+        i->second.early.push_back(early());
+      else
+        drop(self, trust_event::oversize, src, what,
+             "more than " + std::to_string(max_handshake_backlog)
+               + " messages before its handshake answer");
+      return;
+    }
+  }
+  drop(self,
+       src ? trust_event::stranger_dropped : trust_event::anonymous_dropped,
+       src, what, "not an authenticated peer");
+}
+
+// Handles what a peer sent before its handshake answer arrived, in order.
+void replay(bus_ptr self, const caf::actor& handle,
+            std::vector<caf::message>& early) {
+  auto src = caf::actor_cast<caf::strong_actor_ptr>(handle);
+  for (auto& m : early) {
+    auto p = find_peer(self, handle.address());
+    if (!p)
+      return;
+    caf::message_handler h{
+      [&](forward_atom, std::string& topic, std::uint32_t sender,
+          caf::message& msg) {
+        peer_forward(self, *p, src, topic, sender, msg);
+      },
+      [&](forward_atom, snapshot_chunk& c) {
+        peer_chunk(self, *p, src, c);
+      },
+      [&](subscribe_atom, std::string& topic, std::uint32_t node) {
+        peer_subscribe(self, *p, src, topic, node);
+      },
+      [&](done_atom, std::uint32_t node) {
+        peer_done(self, *p, src, node);
+      },
+      [&](finish& x) {
+        on_finish(self, x);
+      },
+    };
+    h(m);
+  }
+}
+
+// -- attaching to a peer
+// ---------------------------------------------------------
+
+void send_hello(bus_ptr self, std::size_t idx, caf::actor peer,
                 std::string where, std::string proof);
+
+// Connected to the node at endpoint `idx`: `peer` is what it published.
+void on_connected(bus_ptr self, std::size_t idx, caf::actor peer,
+                  const std::set<std::string>& ifs, std::string where) {
+  auto& st = self->state;
+  // A node publishes its gate, an untyped actor; anything else is another
+  // program or an older dice: retrying cannot help.
+  if (!peer || !ifs.empty()) {
+    log::error(st.cfg.node,
+               "handshake with " + where
+                 + " refused: not a dice node of protocol v"
+                 + std::to_string(bus_protocol_version));
+    return;
+  }
+  if (st.cfg.secret.empty()) {
+    send_hello(self, idx, peer, where, std::string{});
+    return;
+  }
+  // Challenge first: the acceptor proves it knows the secret, then our
+  // hello proves we do; no data moves before both hold.
+  auto nonce_a = random_nonce();
+  self
+    ->request(st.gate, st.cfg.connect_timeout * 2, ask_atom::value, peer,
+              nonce_a)
+    .then(
+      [=](std::string& nonce_b, std::string& mac) {
+        auto& st = self->state;
+        if (!same_mac(mac, acceptor_proof(st.cfg.secret, nonce_a, nonce_b))) {
+          count(trust_event::auth_refused);
+          log::error(st.cfg.node,
+                     "handshake with " + where
+                       + " refused: the peer does not know the "
+                         "cluster secret");
+          schedule_reconnect(self, idx);
+          return;
+        }
+        send_hello(self, idx, peer, where,
+                   attacher_proof(st.cfg.secret, nonce_a, nonce_b,
+                                  st.cfg.node));
+      },
+      [=](caf::error& err) {
+        log::debug(self->state.cfg.node,
+                   "challenge to " + where + " failed: " + render(err));
+        schedule_reconnect(self, idx);
+      });
+}
 
 void attach(bus_ptr self, std::size_t idx) {
   auto& st = self->state;
@@ -342,49 +656,7 @@ void attach(bus_ptr self, std::size_t idx) {
     .then(
       [=](const caf::node_id&, caf::strong_actor_ptr& ptr,
           const std::set<std::string>& ifs) {
-        auto& st = self->state;
-        caf::detail::type_list<bus_actor> tk;
-        // A node publishes a gate (untyped, see gate.hpp) in front of its
-        // bus; an older node its bus itself. The handshake checks the rest.
-        if (!ptr || (!ifs.empty() && ifs != self->system().message_types(tk))) {
-          // Another program or another dice version: retrying cannot help.
-          log::error(st.cfg.node,
-                     "handshake with " + where
-                       + " refused: not a dice bus of protocol v"
-                       + std::to_string(bus_protocol_version));
-          return;
-        }
-        auto peer = caf::actor_cast<bus_actor>(ptr);
-        if (st.cfg.secret.empty()) {
-          send_hello(self, idx, peer, where, std::string{});
-          return;
-        }
-        // Challenge first: the acceptor proves it knows the secret, then
-        // our hello proves we do; no data moves before both hold.
-        auto nonce_a = random_nonce();
-        self->request(peer, st.cfg.connect_timeout, hello_atom::value, nonce_a)
-          .then(
-            [=](std::string& nonce_b, std::string& mac) {
-              auto& st = self->state;
-              if (!same_mac(mac,
-                            acceptor_proof(st.cfg.secret, nonce_a, nonce_b))) {
-                count(trust_event::auth_refused);
-                log::error(st.cfg.node,
-                           "handshake with " + where
-                             + " refused: the peer does not know the "
-                               "cluster secret");
-                schedule_reconnect(self, idx);
-                return;
-              }
-              send_hello(self, idx, peer, where,
-                         attacher_proof(st.cfg.secret, nonce_a, nonce_b,
-                                        st.cfg.node));
-            },
-            [=](caf::error& err) {
-              log::debug(self->state.cfg.node,
-                         "challenge to " + where + " failed: " + render(err));
-              schedule_reconnect(self, idx);
-            });
+        on_connected(self, idx, caf::actor_cast<caf::actor>(ptr), ifs, where);
       },
       [=](caf::error& err) {
         log::debug(self->state.cfg.node,
@@ -393,43 +665,132 @@ void attach(bus_ptr self, std::size_t idx) {
       });
 }
 
-// The hello proper: our state (and proof), answered by the peer's state and
-// its backlog for us.
-void send_hello(bus_ptr self, std::size_t idx, bus_actor peer,
+// The hello proper: our state (and proof), answered by the peer's state;
+// its backlog for us arrives just before the answer.
+void send_hello(bus_ptr self, std::size_t idx, caf::actor peer,
                 std::string where, std::string proof) {
   auto& st = self->state;
   auto sent = make_hello(self);
   sent.proof = std::move(proof);
-  self->request(peer, st.cfg.connect_timeout, hello_atom::value, sent)
+  st.handshakes[peer.address()] = bus_handshake{idx, {}};
+  self
+    ->request(st.gate, st.cfg.connect_timeout * 2, ask_atom::value, peer, sent)
     .then(
       [=](peer_hello& h) {
         auto& st = self->state;
+        auto early = std::move(st.handshakes[peer.address()].early);
+        st.handshakes.erase(peer.address());
+        if (h.version != bus_protocol_version || h.node == st.cfg.node) {
+          count(trust_event::wrong_version);
+          log::error(st.cfg.node,
+                     "handshake with " + where + " refused: node "
+                       + std::to_string(h.node) + " answered with protocol v"
+                       + std::to_string(h.version));
+          return;
+        }
+        if (auto old = find_peer(self, h.node)) {
+          if (old->handle.address() != peer.address()) {
+            log::warning(st.cfg.node,
+                         "node " + std::to_string(h.node) + " at " + where
+                           + " is already connected through another "
+                             "connection; retrying");
+            schedule_reconnect(self, idx);
+            return;
+          }
+          forget_peer(self, peer.address(), "the peer re-attached");
+        }
+        insert_peer(self,
+                    bus_peer{h.node, h.roles, peer, h.topics, h.drained, idx});
         // What the peer held for us arrives before anything else.
-        for (auto& x : h.backlog)
-          if (x.match_elements<std::string, std::uint32_t, caf::message>())
-            route(self, x.get_as<std::string>(0), x.get_as<std::uint32_t>(1),
-                  x.get_as<caf::message>(2), true);
-        bus_peer p{h.node, h.roles, peer, h.topics, h.drained, idx};
-        for (auto& [topic, x] : take_backlog(self, p.topics))
-          self->send(peer, forward_atom::value, topic, x.first, x.second);
+        replay(self, peer, early);
+        send_backlog(self, peer, h.topics);
         // State that changed while the handshake was in flight.
         if (st.finished && sent.finished.empty())
-          self->send(peer, *st.finished);
+          to_peer(self, peer, *st.finished);
         if (st.drained && !sent.drained)
-          self->send(peer, done_atom::value, st.cfg.node);
-        add_peer(self, std::move(p), h);
+          to_peer(self, peer, done_atom::value, st.cfg.node);
+        peer_added(self, h);
       },
       [=](caf::error& err) {
         auto& st = self->state;
+        st.handshakes.erase(peer.address());
         if (is(err, errc::handshake_failed) || is(err, errc::unauthorized)) {
           log::error(st.cfg.node,
                      "handshake with " + where + " refused: " + render(err));
           return;
         }
-        log::debug(st.cfg.node,
-                   "handshake with " + where + " failed: " + render(err));
+        if (is(err, errc::retry_later))
+          log::warning(st.cfg.node,
+                       "handshake with " + where + " deferred: " + render(err));
+        else
+          log::debug(st.cfg.node,
+                     "handshake with " + where + " failed: " + render(err));
         schedule_reconnect(self, idx);
       });
+}
+
+// -- another node attaching to this one
+// ------------------------------------------
+
+caf::result<peer_hello> accept_hello(bus_ptr self, const caf::actor& from,
+                                     peer_hello& h) {
+  auto& st = self->state;
+  if (h.version != bus_protocol_version) {
+    count(trust_event::wrong_version);
+    auto what = "node " + std::to_string(h.node) + " speaks protocol v"
+      + std::to_string(h.version) + ", this node v"
+      + std::to_string(bus_protocol_version);
+    log::error(st.cfg.node, "refused peer: " + what);
+    return make_error(errc::handshake_failed, what);
+  }
+  if (!st.cfg.secret.empty()) {
+    auto i = st.challenges.find(from.address());
+    auto ok = i != st.challenges.end()
+      && same_mac(h.proof,
+                  attacher_proof(st.cfg.secret, i->second.first,
+                                 i->second.second, h.node));
+    if (i != st.challenges.end())
+      st.challenges.erase(i);
+    if (!ok) {
+      count(trust_event::auth_refused);
+      auto what = "node " + std::to_string(h.node)
+        + (h.proof.empty() ? " sent no proof of the cluster secret"
+                           : " does not know the cluster secret");
+      log::error(st.cfg.node, "refused peer: " + what);
+      return make_error(errc::unauthorized, what);
+    }
+  }
+  if (h.node == st.cfg.node) {
+    auto what = "node id " + std::to_string(h.node) + " is this node's own id";
+    log::error(st.cfg.node, "refused peer: " + what);
+    return make_error(errc::handshake_failed, what);
+  }
+  if (auto old = find_peer(self, h.node)) {
+    if (old->handle.address() != from.address()) {
+      // Another actor claims a connected node id: a restarted node whose
+      // old connection is not seen dead yet (the heartbeat will tell), or
+      // a duplicate id. It may retry; the stale one is not kicked out on
+      // its word.
+      auto what = "node id " + std::to_string(h.node)
+        + " is still connected through another connection";
+      log::warning(st.cfg.node, "deferred peer: " + what);
+      return make_error(errc::retry_later, what);
+    }
+    // The same peer (same gate) handshakes again: it lost the connection
+    // before this node noticed. Its state starts over.
+    log::info(st.cfg.node,
+              "node " + std::to_string(h.node)
+                + " re-attached before its old connection was "
+                  "seen lost");
+    forget_peer(self, from.address(), "the peer re-attached");
+  }
+  auto reply = make_hello(self);
+  insert_peer(self, bus_peer{h.node, h.roles, from, h.topics, h.drained, {}});
+  // The backlog goes out now, before the answer: the gate sends the answer
+  // once this handler returned, and one connection keeps the order.
+  send_backlog(self, from, h.topics);
+  peer_added(self, h);
+  return reply;
 }
 
 void remove_member(bus_ptr self, const caf::actor_addr& who) {
@@ -453,8 +814,13 @@ void remove_member(bus_ptr self, const caf::actor_addr& who) {
 bus_actor::behavior_type bus(bus_ptr self, bus_config cfg) {
   self->state.chunks = snapshot_chunker{cfg.chunk_bytes};
   self->state.cfg = std::move(cfg);
-  // A published bus can be reached by any CAF peer: an exit sent by a remote
-  // actor must not kill this node.
+  self->state.gate = spawn_gate(self->system(),
+                                caf::actor_cast<caf::actor>(self),
+                                self->state.cfg.node,
+                                self->state.cfg.connect_timeout);
+  self->monitor(self->state.gate);
+  // Only the gate is reachable from other nodes, but an exit sent by a
+  // remote actor must not stop this node in any case.
   self->set_exit_handler([=](caf::exit_msg& em) {
     if (em.source && em.source.node() != self->node()) {
       count(trust_event::remote_exit_ignored);
@@ -465,14 +831,20 @@ bus_actor::behavior_type bus(bus_ptr self, bus_config cfg) {
     if (em.reason != caf::exit_reason::normal)
       self->quit(em.reason);
   });
-  // An error message (e.g. a member's "unexpected message" answer to a
-  // peer_event) would otherwise end the bus (CAF's default handler quits).
+  // CAF's default error handler would stop the bus.
   self->set_error_handler([=](caf::error& err) {
-    count(trust_event::message_rejected);
-    log::debug(self->state.cfg.node, "bus ignored an error: " + render(err));
+    drop(self, trust_event::stranger_dropped, self->current_sender(),
+         "an error message (" + render(err) + ")",
+         "nobody sends the bus errors");
   });
   self->set_down_handler([=](const caf::down_msg& dm) {
     auto& st = self->state;
+    if (dm.source == st.gate.address()) {
+      fail(self,
+           "the gate stopped (" + caf::to_string(dm.reason)
+             + "): no peer can reach this node");
+      return;
+    }
     auto i = std::find_if(st.peers.begin(), st.peers.end(),
                           [&](const bus_peer& p) {
                             return p.handle.address() == dm.source;
@@ -498,10 +870,8 @@ bus_actor::behavior_type bus(bus_ptr self, bus_config cfg) {
     [=](join_atom, std::uint32_t node, role_set, const caf::actor& member,
         const std::vector<std::string>& topics)
       -> caf::result<std::vector<finish>> {
-      if (from_stranger(self)) {
-        refuse(self, "a join");
+      if (!local_only(self, "a join"))
         return make_error(errc::unauthorized, "join from a stranger");
-      }
       self->monitor(member);
       self->state.members.push_back(bus_subscriber{node, member});
       for (auto& topic : topics)
@@ -513,154 +883,121 @@ bus_actor::behavior_type bus(bus_ptr self, bus_config cfg) {
     },
     [=](subscribe_atom, const std::string& topic, std::uint32_t node,
         const caf::actor& member) {
-      if (from_stranger(self))
-        return refuse(self, "a subscription");
+      if (!local_only(self, "a subscription"))
+        return;
       self->monitor(member);
       add_subscriber(self, topic, node, member);
     },
     [=](publish_atom, const std::string& topic, std::uint32_t sender,
         const caf::message& msg) {
-      if (from_stranger(self))
-        return refuse(self, "a publish");
+      if (!local_only(self, "a publish"))
+        return;
       route(self, topic, sender, msg, false);
     },
     [=](done_atom, std::uint32_t, const caf::actor& member) {
-      if (from_stranger(self))
-        return refuse(self, "a done");
+      if (!local_only(self, "a done"))
+        return;
       auto& st = self->state;
       if (std::find(st.done.begin(), st.done.end(), member) == st.done.end())
         st.done.push_back(member);
       check_all_done(self);
     },
-    [=](const finish& x) {
-      if (from_stranger(self))
-        return refuse(self, "a finish");
-      on_finish(self, x);
+    [=](finish& x) {
+      auto& src = self->current_sender();
+      auto kind = classify(src, self->system());
+      if (kind == sender_kind::local
+          && src != caf::actor_cast<caf::strong_actor_ptr>(self->state.gate)) {
+        on_finish(self, x);
+        return;
+      }
+      // From a peer: relayed across the cluster, any sender node.
+      with_peer(
+        self, "a finish",
+        [&](bus_peer&, const caf::strong_actor_ptr&) {
+          on_finish(self, x);
+        },
+        [&] {
+          return caf::make_message(x);
+        });
     },
-    [=](hello_atom, peer_hello& h) -> caf::result<peer_hello> {
-      auto& st = self->state;
-      if (h.version != bus_protocol_version) {
-        count(trust_event::wrong_version);
-        auto what = "node " + std::to_string(h.node) + " speaks protocol v"
-          + std::to_string(h.version) + ", this node v"
-          + std::to_string(bus_protocol_version);
-        log::error(st.cfg.node, "refused peer: " + what);
-        return make_error(errc::handshake_failed, what);
-      }
-      if (!st.cfg.secret.empty()) {
-        auto src = self->current_sender();
-        auto i = src ? st.challenges.find(caf::actor_cast<caf::actor_addr>(src))
-                     : st.challenges.end();
-        auto ok = i != st.challenges.end()
-          && same_mac(h.proof,
-                      attacher_proof(st.cfg.secret, i->second.first,
-                                     i->second.second, h.node));
-        if (i != st.challenges.end())
-          st.challenges.erase(i);
-        if (!ok) {
-          count(trust_event::auth_refused);
-          auto what = "node " + std::to_string(h.node)
-            + (h.proof.empty() ? " sent no proof of the cluster secret"
-                               : " does not know the cluster secret");
-          log::error(st.cfg.node, "refused peer: " + what);
-          return make_error(errc::unauthorized, what);
-        }
-      }
-      if (h.node == st.cfg.node || find_peer(self, h.node)) {
-        auto what = "node id " + std::to_string(h.node) + " is "
-          + (h.node == st.cfg.node ? "this node's own id"
-                                   : "already connected");
-        log::error(st.cfg.node, "refused peer: " + what);
-        return make_error(errc::handshake_failed, what);
-      }
-      auto peer = caf::actor_cast<bus_actor>(self->current_sender());
-      if (!peer)
+    [=](hello_atom, const caf::actor& from,
+        peer_hello& h) -> caf::result<peer_hello> {
+      if (!from_gate(self, "a hello"))
+        return make_error(errc::unauthorized, "not through the gate");
+      if (!from)
         return make_error(errc::handshake_failed, "anonymous hello");
-      // Everything for the new peer travels in the answer, so it has the
-      // backlog before anything else; later events reach it as messages.
-      auto reply = make_hello(self);
-      for (auto& [topic, x] : take_backlog(self, h.topics))
-        reply.backlog.push_back(caf::make_message(topic, x.first, x.second));
-      add_peer(self, bus_peer{h.node, h.roles, peer, h.topics, h.drained, {}},
-               h);
-      return reply;
+      return accept_hello(self, from, h);
     },
-    [=](hello_atom,
+    [=](hello_atom, const caf::actor& from,
         const std::string& nonce_a) -> caf::result<std::string, std::string> {
       auto& st = self->state;
+      if (!from_gate(self, "a challenge"))
+        return make_error(errc::unauthorized, "not through the gate");
       // No secret here: an empty proof, which an attacher with a secret
       // refuses.
       if (st.cfg.secret.empty())
         return {std::string{}, std::string{}};
-      auto src = self->current_sender();
-      if (!src || nonce_a.size() != 32)
+      if (!from || nonce_a.size() != 32)
         return make_error(errc::unauthorized, "malformed challenge");
       auto nonce_b = random_nonce();
       // Bounded: a stranger flooding challenges only evicts its own.
       if (st.challenges.size() >= 1024)
         st.challenges.erase(st.challenges.begin());
-      st.challenges[caf::actor_cast<caf::actor_addr>(src)] = {nonce_a, nonce_b};
+      st.challenges[from.address()] = {nonce_a, nonce_b};
       return {nonce_b, acceptor_proof(st.cfg.secret, nonce_a, nonce_b)};
     },
-    [=](subscribe_atom, const std::string& topic, std::uint32_t node) {
-      if (!from_peer(self))
-        return refuse(self, "a peer subscription");
-      auto& st = self->state;
-      auto p = find_peer(self, node);
-      if (!p || contains(p->topics, topic))
-        return;
-      p->topics.push_back(topic);
-      if (auto i = st.held.find(topic); i != st.held.end()) {
-        for (auto& [sender, msg] : i->second) {
-          std::vector<snapshot_chunk> chunks;
-          forward_to_peer(self, p->handle, topic, sender, msg, chunks);
-        }
-        st.held.erase(i);
-      }
+    [=](subscribe_atom, std::string& topic, std::uint32_t node) {
+      with_peer(
+        self, "a peer subscription",
+        [&](bus_peer& p, const caf::strong_actor_ptr& src) {
+          peer_subscribe(self, p, src, topic, node);
+        },
+        [&] {
+          return caf::make_message(subscribe_atom::value, topic, node);
+        });
     },
     [=](forward_atom, snapshot_chunk& c) {
-      if (!from_peer(self))
-        return refuse(self, "a snapshot chunk");
-      auto& st = self->state;
-      if (auto x = st.chunks.add(std::move(c), st.cfg.node))
-        route(self, x->topic, x->sender,
-              caf::make_message(x->topic, std::move(x->snapshot)), true);
+      with_peer(
+        self, "a snapshot chunk",
+        [&](bus_peer& p, const caf::strong_actor_ptr& src) {
+          peer_chunk(self, p, src, c);
+        },
+        [&] {
+          return caf::make_message(forward_atom::value, std::move(c));
+        });
     },
-    [=](forward_atom, const std::string& topic, std::uint32_t sender,
-        const caf::message& msg) {
-      if (!from_peer(self))
-        return refuse(self, "a forward");
-      // Peers forward only topics this node subscribed to; anything else
-      // is a broken or hostile peer and would only pile up in the hold.
-      auto i = self->state.topics.find(topic);
-      if (i == self->state.topics.end() || i->second.empty()) {
-        count(trust_event::unknown_topic);
-        if (counter(trust_event::unknown_topic) % 1024 == 1)
-          log::warning(self->state.cfg.node,
-                       "dropped a message on unknown topic '"
-                         + topic.substr(0, 64) + "' from node "
-                         + std::to_string(sender));
-        return;
-      }
-      route(self, topic, sender, msg, true);
+    [=](forward_atom, std::string& topic, std::uint32_t sender,
+        caf::message& msg) {
+      with_peer(
+        self, "a forward",
+        [&](bus_peer& p, const caf::strong_actor_ptr& src) {
+          peer_forward(self, p, src, topic, sender, msg);
+        },
+        [&] {
+          return caf::make_message(forward_atom::value, topic, sender, msg);
+        });
     },
     [=](done_atom, std::uint32_t node) {
-      if (!from_peer(self))
-        return refuse(self, "a peer's done");
-      if (auto p = find_peer(self, node)) {
-        p->drained = true;
-        check_all_done(self);
-      }
+      with_peer(
+        self, "a peer's done",
+        [&](bus_peer& p, const caf::strong_actor_ptr& src) {
+          peer_done(self, p, src, node);
+        },
+        [&] {
+          return caf::make_message(done_atom::value, node);
+        });
     },
     [=](attach_atom, const std::string& host, std::uint16_t port) {
-      if (from_stranger(self))
-        return refuse(self, "an attach");
+      if (!local_only(self, "an attach"))
+        return;
       auto& st = self->state;
       st.endpoints.push_back(
         bus_endpoint{host, port, caf::timespan{0}, false, 0});
       attach(self, st.endpoints.size() - 1);
     },
     [=](peers_atom, std::uint32_t n) -> caf::result<std::uint32_t> {
+      if (!local_only(self, "a peers request"))
+        return make_error(errc::unauthorized, "peers from a stranger");
       auto& st = self->state;
       if (st.peers.size() >= n)
         return static_cast<std::uint32_t>(st.peers.size());
@@ -668,8 +1005,21 @@ bus_actor::behavior_type bus(bus_ptr self, bus_config cfg) {
       st.peer_waiters.emplace_back(n, rp);
       return rp;
     },
+    [=](gate_atom) -> caf::result<caf::actor> {
+      if (!local_only(self, "a gate request"))
+        return make_error(errc::unauthorized, "gate from a stranger");
+      return self->state.gate;
+    },
     [=](tick_atom, std::uint32_t kind, std::uint64_t id) {
       auto& st = self->state;
+      if (self->current_sender().get() != self->ctrl()) {
+        drop(self,
+             self->current_sender() ? trust_event::stranger_dropped
+                                    : trust_event::anonymous_dropped,
+             self->current_sender(), "a timer tick",
+             "only the bus arms its timers");
+        return;
+      }
       if (kind == loss_kind) {
         if (id != st.loss_timer || st.finished || !st.peers.empty())
           return;
@@ -677,15 +1027,7 @@ bus_actor::behavior_type bus(bus_ptr self, bus_config cfg) {
                       st.cfg.peer_loss_timeout)
                       .count()
           / 1000.0;
-        auto why = "error: no peer connected for " + std::to_string(secs)
-          + " s";
-        log::error(st.cfg.node, why);
-        finish x{st.cfg.node, why, true};
-        on_finish(self, x);
-        // on_finish skips the sender's node; this finish is for it.
-        for (auto& m : st.members)
-          if (m.node == x.sender)
-            caf::anon_send(m.member, x);
+        fail(self, "no peer connected for " + std::to_string(secs) + " s");
         return;
       }
       auto idx = static_cast<std::size_t>(kind - reconnect_kind);

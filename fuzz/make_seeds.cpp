@@ -82,8 +82,7 @@ int main(int argc, char** argv) {
   dice::peer_hello h;
   h.node = 3;
   h.topics = {"model", "context_exchanger_learner"};
-  h.backlog.push_back(caf::make_message(std::string{"model"}, std::uint32_t{1},
-                                        caf::make_message(snapshot())));
+  h.proof = std::string(64, 'a');
   seed(m, "hello", 2, h);
   seed(m, "message_delta", 3,
        caf::make_message(std::string{"context_exchanger_collector"}, d));

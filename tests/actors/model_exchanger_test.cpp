@@ -106,10 +106,10 @@ TEST_F(ModelExchangerTest, NonNewerSnapshotIsDroppedWithoutSpinning) {
   ASSERT_EQ(log->size(), 2u);
   auto loaded = predict(net).clone();
   // Same version again, then an older one: both dropped.
-  caf::anon_send(
+  sink->send(
     bus, publish_atom::value, std::string{model_topic}, std::uint32_t{0},
     caf::make_message(std::string{model_topic}, snapshot_of(make_net(6), 3)));
-  caf::anon_send(
+  sink->send(
     bus, publish_atom::value, std::string{model_topic}, std::uint32_t{0},
     caf::make_message(std::string{model_topic}, snapshot_of(make_net(7), 2)));
   auto jobs = run();
@@ -189,7 +189,7 @@ TEST_F(ModelExchangerTest, PeriodicalWorkedExample) {
   EXPECT_EQ((*log)[6].model_version, 3);
   EXPECT_EQ(st.ctx.total_step, 7);
   EXPECT_TRUE(st.pending.has_value());
-  caf::anon_send(c, finish{0, "max_step", false});
+  sink->send(c, finish{0, "max_step", false});
   run();
   EXPECT_EQ(log->size(), 8u); // t7 returned on finish
   EXPECT_EQ(reports()[2].models_loaded, 2);

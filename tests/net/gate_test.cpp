@@ -1,8 +1,9 @@
-// A node publishes a gate in front of its bus: a remote peer that sends it
-// exit messages — even exit_reason::kill, which no CAF handler can trap —
-// stops neither the gate nor the bus (real middleman, loopback, port 0).
+// A node publishes its bus's gate: a remote peer that sends it exit
+// messages — even exit_reason::kill, which no CAF handler can trap — stops
+// neither the gate nor the bus (real middleman, loopback, port 0).
 
 #include "dice/actors/gate.hpp"
+#include "dice/auth.hpp"
 #include "dice/trust.hpp"
 #include "dice/type_ids.hpp"
 
@@ -32,8 +33,9 @@ TEST(Gate, RemoteExitsEvenKillStopNeitherGateNorBus) {
   net_config server_cfg;
   caf::actor_system server{server_cfg};
   auto bus = server.spawn(dice::bus, dice::bus_config{});
-  auto gate = dice::spawn_gate(server, bus);
-  auto port = server.middleman().publish(gate, 0, "127.0.0.1", true);
+  auto gate = dice::gate_of(server, bus);
+  ASSERT_TRUE(gate) << caf::to_string(gate.error());
+  auto port = server.middleman().publish(*gate, 0, "127.0.0.1", true);
   ASSERT_TRUE(port) << caf::to_string(port.error());
   net_config client_cfg;
   caf::actor_system client{client_cfg};
@@ -43,13 +45,13 @@ TEST(Gate, RemoteExitsEvenKillStopNeitherGateNorBus) {
   caf::scoped_actor self{client};
   self->send_exit(*proxy, caf::exit_reason::kill);
   self->send_exit(*proxy, caf::exit_reason::user_shutdown);
-  // Sent after the exits on the same connection: an answer proves that the
-  // gate and the bus behind it are still there.
+  // Sent after the exits on the same connection: an answer (the gate asks
+  // the bus) proves that the gate and the bus behind it are still there.
   bool answered = false;
-  self->request(*proxy, 10s, dice::peers_atom::value, std::uint32_t{0})
+  self->request(*proxy, 10s, dice::hello_atom::value, dice::random_nonce())
     .receive(
-      [&](std::uint32_t n) {
-        answered = n == 0;
+      [&](const std::string&, const std::string&) {
+        answered = true;
       },
       [&](caf::error& err) {
         ADD_FAILURE() << "no answer after remote exits: "

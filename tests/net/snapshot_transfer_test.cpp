@@ -4,6 +4,7 @@
 
 #include "dice/actors/bus.hpp"
 #include "dice/actors/chunker.hpp"
+#include "dice/actors/gate.hpp"
 #include "dice/log.hpp"
 #include "dice/messages/model_snapshot.hpp"
 #include "dice/type_ids.hpp"
@@ -213,9 +214,9 @@ TEST_F(FanOut, SixteenLocalReceiversShareOneBuffer) {
   for (int i = 0; i < n; ++i) {
     members.push_back(sys.spawn(keeper, &got[i]));
     spawned.push_back(members.back());
-    caf::anon_send(b, dice::join_atom::value, std::uint32_t(10 + i),
-                   dice::role_set{}, members.back(),
-                   std::vector<std::string>{"model"});
+    sink->send(b, dice::join_atom::value, std::uint32_t(10 + i),
+               dice::role_set{}, members.back(),
+               std::vector<std::string>{"model"});
   }
   run();
   auto x = make_snapshot(1 << 20, 1);
@@ -260,14 +261,15 @@ TEST(SnapshotTransfer, LargeSnapshotsReachAPeerInChunksIntact) {
   bc_b.node = 2;
   auto bus_a = sys_a.spawn(dice::bus, bc_a);
   auto bus_b = sys_b.spawn(dice::bus, bc_b);
-  auto port = sys_a.middleman().publish(bus_a, 0, "127.0.0.1");
+  auto gate_a = dice::gate_of(sys_a, bus_a);
+  ASSERT_TRUE(gate_a) << caf::to_string(gate_a.error());
+  auto port = sys_a.middleman().publish(*gate_a, 0, "127.0.0.1");
   ASSERT_TRUE(port) << caf::to_string(port.error());
   caf::scoped_actor probe{sys_b};
   auto member = sys_b.spawn(relay, caf::actor{probe});
-  caf::anon_send(bus_b, dice::join_atom::value, std::uint32_t{2},
-                 dice::role_set{}, member, std::vector<std::string>{"model"});
-  caf::anon_send(bus_b, dice::attach_atom::value, std::string{"127.0.0.1"},
-                 *port);
+  probe->send(bus_b, dice::join_atom::value, std::uint32_t{2}, dice::role_set{},
+              member, std::vector<std::string>{"model"});
+  probe->send(bus_b, dice::attach_atom::value, std::string{"127.0.0.1"}, *port);
   caf::scoped_actor ctl{sys_a};
   bool connected = false;
   ctl->request(bus_a, 10s, dice::peers_atom::value, std::uint32_t{1})
@@ -281,10 +283,12 @@ TEST(SnapshotTransfer, LargeSnapshotsReachAPeerInChunksIntact) {
   ASSERT_TRUE(connected);
   auto small = make_snapshot(1000, 1);
   auto big = make_snapshot((5 << 20) + 77, 2, 5);
+  // Published by node 1: a peer forwards only its own node's snapshots.
+  small.sender = 1;
+  big.sender = 1;
   for (auto* x : {&small, &big})
-    caf::anon_send(bus_a, dice::publish_atom::value, std::string{"model"},
-                   std::uint32_t{1},
-                   caf::make_message(std::string{"model"}, *x));
+    ctl->send(bus_a, dice::publish_atom::value, std::string{"model"},
+              std::uint32_t{1}, caf::make_message(std::string{"model"}, *x));
   std::vector<model_snapshot> got;
   for (int i = 0; i < 2; ++i)
     probe->receive(

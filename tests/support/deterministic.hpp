@@ -75,8 +75,8 @@ class deterministic : public ::testing::Test {
   template <class T>
   void publish(const bus_actor& b, const std::string& topic,
                std::uint32_t sender, T x) {
-    caf::anon_send(b, publish_atom::value, topic, sender,
-                   caf::make_message(topic, std::move(x)));
+    sink->send(b, publish_atom::value, topic, sender,
+               caf::make_message(topic, std::move(x)));
     sched.run();
   }
 

@@ -1,6 +1,7 @@
 #pragma once
 
 #include "dice/actors/chunker.hpp"
+#include "dice/actors/senders.hpp"
 #include "dice/messages/finish.hpp"
 #include "dice/messages/peer_hello.hpp"
 #include "dice/role.hpp"
@@ -29,8 +30,16 @@ namespace dice {
 /// its topic on another node (DI-engine's `emit(only_remote=True)` +
 /// `on`), holds messages for topics nobody subscribed to yet, and spreads
 /// `finish`. Buses of different nodes connect through CAF's middleman
-/// (`attach`): a handshake, then each peer bus gets one copy of every
-/// message on a topic one of its members subscribed to.
+/// (`attach`): a handshake, then each peer gets one copy of every message on
+/// a topic one of its members subscribed to.
+///
+/// Other nodes never talk to the bus itself: each bus spawns a gate
+/// (dice/actors/gate.hpp), the one actor a node publishes, and all traffic
+/// with peers goes through it in both directions. Local control (join,
+/// subscribe, publish, done, attach, peers, gate) is taken only from actors
+/// of this node that name themselves and that no other node can name (see
+/// dice/actors/senders.hpp); peer traffic only from an authenticated peer's
+/// gate, and only in that peer's own name.
 using bus_actor = caf::typed_actor<
   // join(node, roles, member, topics) -> the finish, if the run is over.
   caf::replies_to<join_atom, std::uint32_t, role_set, caf::actor,
@@ -39,17 +48,21 @@ using bus_actor = caf::typed_actor<
   caf::reacts_to<subscribe_atom, std::string, std::uint32_t, caf::actor>,
   // publish(topic, sender node, message)
   caf::reacts_to<publish_atom, std::string, std::uint32_t, caf::message>,
-  // the run is over
+  // the run is over (from a local member, or relayed by a peer)
   caf::reacts_to<finish>,
   // done(node, member): the member has finished its last iteration and will
   // publish nothing more; once every member is done, each gets (done).
   caf::reacts_to<done_atom, std::uint32_t, caf::actor>,
-  // -- between the buses of two nodes ---------------------------------------
-  // hello(peer) -> hello: the handshake; refused on a protocol mismatch.
-  caf::replies_to<hello_atom, peer_hello>::with<peer_hello>,
-  // hello(nonce) -> (nonce, proof): the cluster-secret challenge that comes
-  // before the hello when a secret is set (dice/auth.hpp).
-  caf::replies_to<hello_atom, std::string>::with<std::string, std::string>,
+  // -- from this node's gate: another node's handshake -----------------------
+  // hello(from, peer) -> hello: refused on a protocol mismatch, a wrong
+  // secret, this node's own id, or (retry_later) a node id still connected
+  // through another actor.
+  caf::replies_to<hello_atom, caf::actor, peer_hello>::with<peer_hello>,
+  // hello(from, nonce) -> (nonce, proof): the cluster-secret challenge that
+  // comes before the hello when a secret is set (dice/auth.hpp).
+  caf::replies_to<hello_atom, caf::actor, std::string>::with<std::string,
+                                                             std::string>,
+  // -- from peers (through the gate, sender kept) -----------------------------
   // subscribe(topic, peer node): a member of the peer subscribed later.
   caf::reacts_to<subscribe_atom, std::string, std::uint32_t>,
   // forward(topic, sender node, message): a peer's publish.
@@ -63,12 +76,19 @@ using bus_actor = caf::typed_actor<
   caf::reacts_to<attach_atom, std::string, std::uint16_t>,
   // peers(n) -> connected peers, once at least n are connected.
   caf::replies_to<peers_atom, std::uint32_t>::with<std::uint32_t>,
+  // gate -> the actor to publish for this node.
+  caf::replies_to<gate_atom>::with<caf::actor>,
   // internal timers: (tick, kind, id)
   caf::reacts_to<tick_atom, std::uint32_t, std::uint64_t>>;
 
+/// Most messages a bus keeps from a peer whose handshake answer has not
+/// arrived yet (its backlog for this node, sent just before the answer).
+inline constexpr std::size_t max_handshake_backlog = 1 << 16;
+
 /// Settings of a bus.
 struct bus_config {
-  /// Messages held per topic while nobody subscribes (oldest dropped).
+  /// Messages held per topic while nobody subscribes (oldest dropped); a
+  /// retained topic holds its last message only.
   std::size_t max_held_per_topic = 1024;
   /// This node's id (used in the handshake and in logs).
   std::uint32_t node = 0;
@@ -118,8 +138,8 @@ struct bus_peer {
   std::uint32_t node = 0;
   /// Its roles.
   role_set roles;
-  /// Its bus (a proxy of a remote actor).
-  bus_actor handle;
+  /// Its gate (a proxy of a remote actor): everything to and from the peer.
+  caf::actor handle;
   /// Topics its members subscribed to.
   std::vector<std::string> topics;
   /// Every member of the peer is done.
@@ -140,6 +160,15 @@ struct bus_endpoint {
   bool busy = false;
   /// Identifies the pending retry timer.
   std::uint64_t timer = 0;
+};
+
+/// A handshake this node started whose hello answer is in flight.
+struct bus_handshake {
+  /// Index into `bus_state::endpoints`.
+  std::size_t endpoint = 0;
+  /// What the peer sent before its answer arrived (its backlog for us),
+  /// handled in order once the answer names the peer.
+  std::vector<caf::message> early;
 };
 
 /// State of a bus.
@@ -181,6 +210,12 @@ struct bus_state {
   std::uint64_t next_timer = 0;
   /// Splits snapshots for peers and reassembles the peers' chunks.
   snapshot_chunker chunks;
+  /// This node's gate: the only actor peers address or hear from.
+  caf::actor gate;
+  /// Handshakes in flight that this node started, by the peer gate.
+  std::map<caf::actor_addr, bus_handshake> handshakes;
+  /// Messages dropped from strangers, logged once per source.
+  drop_log drops;
   /// Name in CAF's logs.
   static inline const char* name = "dice.bus";
 };

@@ -4,15 +4,39 @@
 
 #include "caf/actor.hpp"
 #include "caf/actor_system.hpp"
+#include "caf/expected.hpp"
+#include "caf/timespan.hpp"
+
+#include <cstdint>
 
 namespace dice {
 
-/// Spawns the actor a node publishes on its port in front of `bus`: it hands
-/// every message to the bus unchanged (sender and request id kept, so
-/// replies go straight back), and no message can stop it — in CAF 0.17 any
-/// remote peer can `send_exit` a published actor, even with
-/// `exit_reason::kill`, which no handler can trap. It quits when the bus
-/// does.
+/// Spawns the gate of `bus` (the bus does this itself when it starts; see
+/// bus_state::gate). The gate is the only actor of a node that other nodes
+/// ever address or hear from:
+/// - inbound, it takes the handshake (challenge, hello) from anyone and
+///   answers it in its own name; peer traffic (forward, chunk, subscribe,
+///   done, finish) goes on to the bus with its sender, which checks that it
+///   is an authenticated peer's gate; everything else is dropped, counted
+///   and logged once per source: anonymous messages, local control from
+///   another node, senders this node's registry holds (BASP lets a remote
+///   node claim those), exits (even `kill`, which no handler can trap),
+///   error and down messages (CAF's default handlers would stop it);
+/// - outbound, the bus sends peer traffic as the gate (`caf::send_as`) and
+///   asks the gate to make its handshake requests, so no id of the bus, a
+///   role actor or a loader ever leaves the node.
+/// It quits when the bus does.
+/// `node` names this node in log lines; `timeout` bounds each handshake
+/// request the gate makes or relays.
+caf::actor spawn_gate(caf::actor_system& sys, caf::actor bus,
+                      std::uint32_t node, caf::timespan timeout);
+
+/// The gate of a running bus (asks it; blocks, so only outside of actors
+/// and never on CAF's test coordinator).
+caf::expected<caf::actor> gate_of(caf::actor_system& sys, const bus_actor& bus);
+
+/// The actor a node publishes for `bus`: its gate (gate_of; null if the bus
+/// does not answer). Kept under this name for dice::node.
 caf::actor spawn_gate(caf::actor_system& sys, const bus_actor& bus);
 
 } // namespace dice

@@ -1,0 +1,378 @@
+// Issue 9, item 1 ("one gate, sealed") and item 3 (forged versions), as an
+// attacker works: a third CAF node that knows only a node's address
+// connects to its published gate with the middleman (no dice handshake, no
+// secret) and sends what dice's own actors send, anonymously (caf::anon_send)
+// or in its own name; it guesses actor ids (small sequential integers), sends
+// exits, kills, errors and link requests. An authenticated peer that forges
+// another node's data is covered too. Deterministic: three actor systems on
+// CAF's test coordinator joined by the testing network backend.
+
+#include "dice/actors/bus.hpp"
+#include "dice/actors/gate.hpp"
+#include "dice/auth.hpp"
+#include "dice/errc.hpp"
+#include "dice/messages/context_delta.hpp"
+#include "dice/messages/model_snapshot.hpp"
+#include "dice/messages/snapshot_chunk.hpp"
+#include "dice/trust.hpp"
+#include "dice/type_ids.hpp"
+
+#include "caf/exit_reason.hpp"
+#include "caf/system_messages.hpp"
+
+#include "support/deterministic.hpp"
+#include "support/planets.hpp"
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace {
+
+using namespace std::chrono_literals;
+using dice::bus_actor;
+using dice::bus_config;
+using dice::trust_event;
+
+/// What the attacker's own actor received (e.g. a stream it subscribed to).
+struct loot {
+  std::vector<std::string> topics;
+  std::vector<dice::context_delta> deltas;
+  caf::actor_addr replier;
+  std::string nonce;
+  /// The attacker's actors that stay alive (stopped when the test ends).
+  std::vector<caf::actor> spies;
+};
+
+const std::string secret = "0123456789abcdef0123456789abcdef";
+
+// Planet 0: the learner's bus a (node 0) with member ma on "t" and "model",
+// its gate published on port 8080. Planet 1: a genuine collector b (node 1)
+// attached to a, member mb on "t". Planet 2: the attacker.
+class Seal : public dice::test::planets {
+ protected:
+  void SetUp() override {
+    start(bus_config{});
+  }
+
+  void start(bus_config cfg) {
+    a = spawn_bus(0, 0, cfg);
+    ma = spawn_member(0, a, 0, {"t", "model"});
+    publish(0, gate_of(0, a), 8080);
+    b = spawn_bus(1, 1, cfg);
+    mb = spawn_member(1, b, 1, {"t"});
+    attach(1, b, 0, "a", 8080);
+    ASSERT_EQ(bus_of(a).peers.size(), 1u);
+    ASSERT_EQ(bus_of(b).peers.size(), 1u);
+  }
+
+  /// Runs `fn` as the attacker (planet 2) against a's published gate.
+  void attack(std::function<void(caf::event_based_actor*, caf::actor)> fn) {
+    as_stranger(2, 0, "a", 8080, std::move(fn));
+  }
+
+  void TearDown() override {
+    for (auto& x : got->spies)
+      caf::anon_send_exit(x, caf::exit_reason::user_shutdown);
+    got->spies.clear();
+    planets::TearDown();
+  }
+
+  std::uint64_t count(trust_event x) {
+    return dice::counter(x);
+  }
+
+  bus_actor a;
+  bus_actor b;
+  caf::actor ma;
+  caf::actor mb;
+  std::shared_ptr<loot> got = std::make_shared<loot>();
+};
+
+caf::behavior thief(caf::stateful_actor<std::shared_ptr<loot>>* self,
+                    std::shared_ptr<loot> got) {
+  self->state = got;
+  got->spies.push_back(caf::actor_cast<caf::actor>(self));
+  return {
+    [=](const std::string& topic, const dice::context_delta& d) {
+      self->state->topics.push_back(topic);
+      self->state->deltas.push_back(d);
+    },
+  };
+}
+
+dice::context_delta forged_delta(std::uint32_t sender, std::int64_t steps) {
+  dice::context_delta d;
+  d.sender = sender;
+  d.epoch = 1;
+  d.seq = 1;
+  d.env_step = steps;
+  return d;
+}
+
+// -- anonymous local control ------------------------------------------------
+
+// Before: the run finished ("cluster stopped in ~0.5 s" over TCP).
+TEST_F(Seal, AnonymousFinishIsDroppedAndCounted) {
+  auto before = count(trust_event::anonymous_dropped);
+  attack([](caf::event_based_actor*, caf::actor gate) {
+    caf::anon_send(gate, dice::finish{0, "evil", false});
+  });
+  EXPECT_FALSE(bus_of(a).finished) << "an anonymous finish ended the run";
+  EXPECT_TRUE(member_of(ma).finishes.empty());
+  EXPECT_TRUE(member_of(mb).finishes.empty());
+  EXPECT_EQ(count(trust_event::anonymous_dropped), before + 1);
+}
+
+// Before: the bus dialled the host the stranger named, and kept redialling.
+TEST_F(Seal, AnonymousAttachIsDropped) {
+  auto before = count(trust_event::anonymous_dropped);
+  attack([](caf::event_based_actor*, caf::actor gate) {
+    caf::anon_send(gate, dice::attach_atom::value, std::string{"evil"},
+                   std::uint16_t{6666});
+  });
+  EXPECT_TRUE(bus_of(a).endpoints.empty())
+    << "the learner now dials a host a stranger named";
+  EXPECT_EQ(count(trust_event::anonymous_dropped), before + 1);
+}
+
+// Before: the stranger received every delta on "t" (1,091 deltas in 2 s over
+// TCP) and with them the senders' epochs.
+TEST_F(Seal, AnonymousSubscribeGetsNothing) {
+  auto before = count(trust_event::anonymous_dropped);
+  auto got = this->got;
+  attack([got](caf::event_based_actor* self, caf::actor gate) {
+    auto spy = self->spawn(thief, got);
+    caf::anon_send(gate, dice::subscribe_atom::value, std::string{"t"},
+                   std::uint32_t{9}, spy);
+  });
+  publish_delta(1, b, "t", 1, 5);
+  EXPECT_EQ(member_of(ma).deltas.size(), 1u);
+  EXPECT_TRUE(got->deltas.empty()) << "a stranger receives the cluster's data";
+  EXPECT_EQ(count(trust_event::anonymous_dropped), before + 1);
+}
+
+// Before: the learner's member got the forged delta (+1,000,000 env_step).
+TEST_F(Seal, AnonymousPublishIsDropped) {
+  auto before = count(trust_event::anonymous_dropped);
+  attack([](caf::event_based_actor*, caf::actor gate) {
+    caf::anon_send(
+      gate, dice::publish_atom::value, std::string{"t"}, std::uint32_t{1},
+      caf::make_message(std::string{"t"}, forged_delta(1, 1'000'000)));
+  });
+  EXPECT_TRUE(member_of(ma).deltas.empty()) << "a forged delta was delivered";
+  EXPECT_EQ(count(trust_event::anonymous_dropped), before + 1);
+}
+
+TEST_F(Seal, AnonymousJoinAndDoneAreDropped) {
+  auto before = count(trust_event::anonymous_dropped);
+  auto got = this->got;
+  attack([got](caf::event_based_actor* self, caf::actor gate) {
+    auto spy = self->spawn(thief, got);
+    caf::anon_send(gate, dice::join_atom::value, std::uint32_t{9},
+                   dice::role_set{}, spy, std::vector<std::string>{"t"});
+    caf::anon_send(gate, dice::done_atom::value, std::uint32_t{0}, spy);
+  });
+  publish_delta(1, b, "t", 1, 5);
+  EXPECT_EQ(bus_of(a).members.size(), 1u);
+  EXPECT_TRUE(bus_of(a).done.empty());
+  EXPECT_TRUE(got->deltas.empty());
+  EXPECT_EQ(count(trust_event::anonymous_dropped), before + 2);
+}
+
+// Every drop is counted, but a source is logged once: a flood of junk
+// cannot flood the log.
+TEST_F(Seal, AFloodOfAnonymousMessagesIsLoggedOnce) {
+  dice::test::log_capture logs;
+  auto before = count(trust_event::anonymous_dropped);
+  attack([](caf::event_based_actor*, caf::actor gate) {
+    for (int i = 0; i < 100; ++i)
+      caf::anon_send(gate, dice::finish{9, "evil", false});
+  });
+  EXPECT_FALSE(bus_of(a).finished);
+  EXPECT_EQ(count(trust_event::anonymous_dropped), before + 100);
+  EXPECT_EQ(logs.count("from an anonymous sender"), 1u);
+}
+
+// A stranger that names itself fares no better (this held before, too).
+TEST_F(Seal, NamedStrangerGetsNothing) {
+  auto before = count(trust_event::stranger_dropped);
+  auto got = this->got;
+  attack([got](caf::event_based_actor* self, caf::actor gate) {
+    auto spy = self->spawn(thief, got);
+    auto msg = caf::make_message(std::string{"t"}, forged_delta(1, 1000));
+    self->send(gate, dice::forward_atom::value, std::string{"t"},
+               std::uint32_t{1}, msg);
+    self->send(gate, dice::publish_atom::value, std::string{"t"},
+               std::uint32_t{1}, msg);
+    self->send(gate, dice::subscribe_atom::value, std::string{"t"},
+               std::uint32_t{9}, spy);
+    self->send(gate, dice::finish{9, "evil", true});
+    self->send(gate, dice::attach_atom::value, std::string{"evil"},
+               std::uint16_t{6666});
+  });
+  publish_delta(1, b, "t", 1, 5);
+  EXPECT_EQ(member_of(ma).deltas.size(), 1u);
+  EXPECT_FALSE(bus_of(a).finished);
+  EXPECT_TRUE(bus_of(a).endpoints.empty());
+  EXPECT_TRUE(got->deltas.empty());
+  EXPECT_EQ(count(trust_event::stranger_dropped), before + 5);
+}
+
+// -- ids that leave the node
+// ----------------------------------------------------
+
+// Before: the challenge was answered by the bus, so its id (and with it a
+// handle any CAF node can kill) reached the stranger.
+TEST_F(Seal, HandshakeRepliesComeFromTheGate) {
+  auto got = this->got;
+  attack([got](caf::event_based_actor* self, caf::actor gate) {
+    self->request(gate, 1s, dice::hello_atom::value, dice::random_nonce())
+      .then([=](const std::string& nonce, const std::string&) {
+        got->nonce = nonce;
+        got->replier = caf::actor_cast<caf::actor_addr>(self->current_sender());
+      });
+  });
+  EXPECT_EQ(got->replier.id(), gate_of(0, a).id())
+    << "actor " << got->replier.id() << " answered, not the gate";
+  EXPECT_NE(got->replier.id(), a.id());
+}
+
+// Nothing but the gate is reachable from another node: after a handshake and
+// traffic in both directions, CAF's registry (which resolves the actor ids
+// in incoming messages) holds no bus and no member.
+TEST_F(Seal, NoInternalActorIsReachable) {
+  publish_delta(1, b, "t", 1, 5);
+  publish_delta(0, a, "t", 0, 5);
+  for (int i : {0, 1}) {
+    auto& bus = i == 0 ? a : b;
+    auto& m = i == 0 ? ma : mb;
+    auto& reg = hosts[i]->sys.registry();
+    EXPECT_EQ(reg.get(bus.id()), nullptr) << "bus of planet " << i;
+    EXPECT_EQ(reg.get(m.id()), nullptr) << "member of planet " << i;
+  }
+}
+
+// Before: the id leaked (or was guessed) and `send_exit(bus, kill)` stopped
+// the bus; the node ran on without it, silently.
+TEST_F(Seal, GuessedBusIdCannotKillTheBus) {
+  auto aid = a.id();
+  attack([=](caf::event_based_actor* self, caf::actor) {
+    auto target = guess(2, 0, aid);
+    caf::anon_send(target, dice::finish{0, "evil", false});
+    self->send_exit(target, caf::exit_reason::user_shutdown);
+    caf::anon_send(target, caf::make_error(caf::sec::runtime_error));
+    self->send_exit(target, caf::exit_reason::kill);
+  });
+  ASSERT_TRUE(alive(a)) << "a remote kill stopped the bus";
+  EXPECT_FALSE(bus_of(a).finished);
+  EXPECT_EQ(bus_of(a).peers.size(), 1u);
+}
+
+// `link_to` a remote actor, then die with `kill`: CAF sends the linked
+// actor an exit with that reason, which no handler can trap.
+TEST_F(Seal, LinkInjectionCannotKillTheBusOrTheGate) {
+  auto aid = a.id();
+  attack([=](caf::event_based_actor* self, caf::actor gate) {
+    auto target = guess(2, 0, aid);
+    self->spawn([=](caf::event_based_actor* k) {
+      k->link_to(gate);
+      k->link_to(target);
+      k->send(k, dice::tick_atom::value);
+      return caf::behavior{[=](dice::tick_atom) {
+        k->quit(caf::exit_reason::kill);
+      }};
+    });
+  });
+  ASSERT_TRUE(alive(a)) << "a linked remote actor's death killed the bus";
+  EXPECT_TRUE(alive(gate_of(0, a)));
+  EXPECT_EQ(bus_of(a).peers.size(), 1u);
+}
+
+// An error message or a forged down message stops an actor with CAF's
+// default handlers; the gate must take neither from a stranger.
+TEST_F(Seal, ErrorsAndForgedDownMessagesDoNotStopTheGate) {
+  attack([=](caf::event_based_actor* self, caf::actor gate) {
+    caf::anon_send(gate, caf::make_error(caf::sec::runtime_error));
+    self->send(gate, caf::make_error(caf::sec::runtime_error));
+    self->send(gate,
+               caf::down_msg{self->address(),
+                             caf::make_error(caf::exit_reason::kill)});
+    self->send_exit(gate, caf::exit_reason::kill);
+  });
+  auto gate = gate_of(0, a);
+  ASSERT_TRUE(alive(gate)) << "a stranger stopped the published gate";
+  // A new peer still gets in.
+  auto c = spawn_bus(2, 2);
+  attach(2, c, 0, "a", 8080);
+  EXPECT_EQ(bus_of(a).peers.size(), 2u);
+}
+
+// -- item 3: a peer can only speak for itself
+// ------------------------------------
+
+dice::model_snapshot snapshot_named(std::uint32_t sender, std::uint64_t epoch,
+                                    std::int64_t version,
+                                    std::size_t bytes = 64) {
+  dice::snapshot_builder bld;
+  std::vector<std::uint8_t> w(bytes, 7);
+  bld.add("w", dice::dtype::uint8, {static_cast<std::int64_t>(bytes)}, w.data(),
+          w.size());
+  auto x = bld.build(sender, epoch, version, 0);
+  return x;
+}
+
+// An authenticated collector forwards a snapshot in the learner's name with
+// version 2^62. Before: delivered, and collectors then dropped every genuine
+// model as "not newer" (60 s stall per iteration).
+TEST_F(Seal, PeerCannotForwardInAnotherNodesName) {
+  auto before = count(trust_event::forged_origin);
+  auto proxy = bus_of(b).peers[0].handle;
+  auto gate_b = gate_of(1, b);
+  hosts[1]->sys.spawn([=](caf::event_based_actor*) {
+    auto x = snapshot_named(0, 77, std::int64_t{1} << 62);
+    // In the learner's name on the outside, ...
+    caf::send_as(gate_b, proxy, dice::forward_atom::value, std::string{"model"},
+                 std::uint32_t{0}, caf::make_message(std::string{"model"}, x));
+    // ... or honest on the outside and forged inside.
+    caf::send_as(gate_b, proxy, dice::forward_atom::value, std::string{"model"},
+                 std::uint32_t{1}, caf::make_message(std::string{"model"}, x));
+    // A delta on "t" labelled with another topic inside.
+    caf::send_as(gate_b, proxy, dice::forward_atom::value, std::string{"t"},
+                 std::uint32_t{1},
+                 caf::make_message(std::string{"model"}, forged_delta(1, 1)));
+  });
+  exec_all();
+  EXPECT_TRUE(member_of(ma).snapshots.empty())
+    << "a peer's forged snapshot was delivered";
+  EXPECT_TRUE(member_of(ma).deltas.empty());
+  EXPECT_EQ(count(trust_event::forged_origin), before + 3);
+  // Its honest traffic still flows.
+  publish_delta(1, b, "t", 1, 5);
+  EXPECT_EQ(member_of(ma).deltas.size(), 1u);
+}
+
+// Item 7: a chunk's origin (and the snapshot's sender) must be the peer that
+// forwarded it.
+TEST_F(Seal, ChunkFromAnotherOriginIsDropped) {
+  auto before = count(trust_event::forged_origin);
+  auto proxy = bus_of(b).peers[0].handle;
+  auto gate_b = gate_of(1, b);
+  dice::snapshot_chunker chunker{16};
+  auto chunks = chunker.split(7, "model", 0, snapshot_named(0, 77, 5, 40));
+  ASSERT_EQ(chunks.size(), 3u);
+  hosts[1]->sys.spawn([=](caf::event_based_actor*) {
+    for (auto& c : chunks)
+      caf::send_as(gate_b, proxy, dice::forward_atom::value, c);
+  });
+  exec_all();
+  EXPECT_TRUE(member_of(ma).snapshots.empty())
+    << "a chunk from another origin was reassembled and delivered";
+  // Each chunk is dropped (and counted) on its own.
+  EXPECT_EQ(count(trust_event::forged_origin), before + 3);
+}
+
+} // namespace
