@@ -3,9 +3,11 @@
 // Internal: the behaviour both loaders share, for a stored type T.
 
 #include "dice/actors/bus.hpp"
+#include "dice/actors/senders.hpp"
 #include "dice/errc.hpp"
 #include "dice/log.hpp"
 #include "dice/messages/storage.hpp"
+#include "dice/trust.hpp"
 
 #include "caf/actor_cast.hpp"
 #include "caf/make_message.hpp"
@@ -69,6 +71,40 @@ void warn_load_failed(Self self, const caf::error& err) {
     log::error(st.opts.node, "Got error when loading data: " + render(err));
 }
 
+/// True if the current message comes from an actor of this node that
+/// names itself and that no other node can name; drops it otherwise.
+template <class Self>
+bool admit(Self self, const char* what) {
+  auto& src = self->current_sender();
+  auto kind = classify(src, self->system());
+  if (kind == sender_kind::local)
+    return true;
+  self->state.drops.drop(self->state.opts.node,
+                         kind == sender_kind::anonymous
+                           ? trust_event::anonymous_dropped
+                           : trust_event::stranger_dropped,
+                         src, what,
+                         "a loader takes requests from its own node only",
+                         self->clock().now());
+  return false;
+}
+
+/// Item 3 of issue 9: what a reference points at must be data of the node
+/// that sent the reference (the bus checked that node is the forwarding
+/// peer), or a stored snapshot could speak for another node.
+template <class T, class Self>
+bool from_origin(Self self, const storage_ref& ref, const T& x) {
+  if (x.sender == ref.origin)
+    return true;
+  self->state.drops.drop(self->state.opts.node, trust_event::forged_origin,
+                         self->current_sender(), "what " + ref.path + " holds",
+                         "it names node " + std::to_string(x.sender)
+                           + ", the reference came from node "
+                           + std::to_string(ref.origin),
+                         self->clock().now());
+  return false;
+}
+
 template <class T, class Self, class State>
 auto loader_behavior(Self self, loader_options opts) {
   self->state.opts = opts;
@@ -76,12 +112,16 @@ auto loader_behavior(Self self, loader_options opts) {
   // The keeper's destructor (with the state) removes what is left.
   return typename std::remove_pointer_t<Self>::behavior_type{
     [=](save_atom, const T& x) -> caf::result<storage_ref> {
+      if (!admit(self, "a save"))
+        return make_error(errc::unauthorized, "save from a stranger");
       auto ref = save_item<T>(self, x);
       if (!ref)
         return ref.error();
       return std::move(*ref);
     },
     [=](load_atom, const storage_ref& ref) -> caf::result<T> {
+      if (!admit(self, "a load"))
+        return make_error(errc::unauthorized, "load from a stranger");
       auto x = load_as<T>(ref, self->state.opts);
       if (!x) {
         warn_load_failed<T>(self, x.error());
@@ -91,6 +131,8 @@ auto loader_behavior(Self self, loader_options opts) {
     },
     [=](save_atom, const T& x, const caf::actor& bus,
         const std::vector<std::string>& topics) {
+      if (!admit(self, "a save"))
+        return;
       auto ref = save_item<T>(self, x);
       if (!ref)
         return;
@@ -101,21 +143,32 @@ auto loader_behavior(Self self, loader_options opts) {
     },
     [=](load_atom, const storage_ref& ref, const caf::actor& to,
         const std::string& topic) -> bool {
+      if (!admit(self, "a load"))
+        return false;
       auto x = load_as<T>(ref, self->state.opts);
       if (!x) {
         warn_load_failed<T>(self, x.error());
         return false;
       }
-      // Sent before the answer: the receiver has the item when it learns
-      // that the load is over.
+      if (!from_origin(self, ref, *x))
+        return false;
+      // Sent before the answer, in the loader's name (a role actor drops
+      // anonymous messages): the receiver has the item when it learns that
+      // the load is over.
       caf::send_as(caf::actor_cast<caf::actor>(self), to, topic, std::move(*x));
       return true;
     },
-    [=](flush_atom) {
+    [=](flush_atom) -> caf::result<bool> {
+      if (!admit(self, "a flush"))
+        return make_error(errc::unauthorized, "flush from a stranger");
       // Mailboxes are FIFO: every save queued before this is published.
       return true;
     },
     [=](tick_atom) {
+      if (self->current_sender().get() != self->ctrl()) {
+        admit(self, "a sweep tick");
+        return;
+      }
       auto& st = self->state;
       st.sweeping = false;
       st.keeper->sweep(self->clock().now());

@@ -50,8 +50,9 @@ run_deterministic(caf::actor_system& sys,
   auto actors = spawn_nodes(sys, the_bus, std::move(nodes), opts,
                             caf::actor_cast<caf::actor>(sink));
   sched.run(); // every node joins the bus before any starts
+  // Named: a role actor drops anonymous messages.
   for (auto& a : actors)
-    caf::anon_send(a, start_atom::value);
+    sink->send(a, start_atom::value);
   std::map<std::uint32_t, node_report> reports;
   auto collect = [&] {
     bool more = true;

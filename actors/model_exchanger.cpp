@@ -117,8 +117,9 @@ middleware model_exchanger(model_port_ptr model, model_exchanger_options opts) {
     ctx.model_version = snap->version;
     if (st->opts.model_loader && st->handles.bus) {
       // The loader stores it off this actor and publishes the reference.
-      caf::anon_send(st->opts.model_loader, save_atom::value, std::move(*snap),
-                     st->handles.bus, std::vector<std::string>{model_topic});
+      caf::send_as(st->handles.self, st->opts.model_loader, save_atom::value,
+                   std::move(*snap), st->handles.bus,
+                   std::vector<std::string>{model_topic});
       return;
     }
     st->svc->publish(model_topic,

@@ -147,9 +147,9 @@ middleware periodical_model_exchanger(model_port_ptr model,
         ++st->svc->report().models_sent;
         ctx.model_version = snap->version;
         if (st->opts.model_loader && st->handles.bus)
-          caf::anon_send(st->opts.model_loader, save_atom::value,
-                         std::move(*snap), st->handles.bus,
-                         std::vector<std::string>{st->opts.event_name});
+          caf::send_as(st->handles.self, st->opts.model_loader,
+                       save_atom::value, std::move(*snap), st->handles.bus,
+                       std::vector<std::string>{st->opts.event_name});
         else
           st->svc->publish(st->opts.event_name,
                            caf::make_message(st->opts.event_name,

@@ -30,6 +30,39 @@ std::uint64_t random_epoch() {
 
 std::mutex stdout_mtx;
 
+using role_ptr = role_actor::stateful_pointer<role_state>;
+
+// A role actor takes messages only from actors of its own node that name
+// themselves and that no other node can name (its bus, its loaders, its
+// node's launcher); nothing else can reach it, but a sender-less message
+// would look the same from anywhere.
+bool admit(role_ptr self, const char* what) {
+  auto& src = self->current_sender();
+  auto kind = classify(src, self->system());
+  if (kind == sender_kind::local)
+    return true;
+  self->state.drops.drop(self->state.cfg.node,
+                         kind == sender_kind::anonymous
+                           ? trust_event::anonymous_dropped
+                           : trust_event::stranger_dropped,
+                         src, what,
+                         "a role actor takes messages from its own node only",
+                         self->clock().now());
+  return false;
+}
+
+// Timers and iteration steps come from the actor itself.
+bool from_self(role_ptr self, const char* what) {
+  auto& src = self->current_sender();
+  if (src.get() == self->ctrl())
+    return true;
+  self->state.drops.drop(
+    self->state.cfg.node,
+    src ? trust_event::stranger_dropped : trust_event::anonymous_dropped, src,
+    what, "only the actor itself sends this", self->clock().now());
+  return false;
+}
+
 } // namespace
 
 role_state::role_state(role_actor::stateful_pointer<role_state> ptr)
@@ -148,6 +181,26 @@ void role_state::init(role_config config, pipeline p) {
   std::vector<std::string> topics;
   for (auto& kvp : handlers)
     topics.push_back(kvp.first);
+  // A node without its bus can neither receive nor publish: it must say so
+  // and stop, never run on headless.
+  self->monitor(cfg.bus);
+  self->set_down_handler([this](caf::down_msg& dm) {
+    if (dm.source != cfg.bus.address() || quitted)
+      return;
+    auto why = "error: the bus stopped (" + caf::to_string(dm.reason)
+      + "); this node can no longer reach its peers";
+    log::error(cfg.node, why);
+    running = false;
+    stopped = true;
+    stop_reason = why;
+    quit_now();
+  });
+  // CAF's default error handler would stop the actor.
+  self->set_error_handler([this](caf::error& err) {
+    drops.drop(cfg.node, trust_event::stranger_dropped, self->current_sender(),
+               "an error message (" + render(err) + ")",
+               "nobody sends a role actor errors", self->clock().now());
+  });
   self
     ->request(cfg.bus, std::chrono::seconds{30}, join_atom::value, cfg.node,
               cfg.roles, caf::actor_cast<caf::actor>(self), std::move(topics))
@@ -440,7 +493,7 @@ void role_state::quit_now() {
     std::cout << to_json(rep) << std::endl;
   }
   if (cfg.report_to)
-    caf::anon_send(cfg.report_to, rep);
+    caf::send_as(caf::actor_cast<caf::actor>(self), cfg.report_to, rep);
   self->quit();
 }
 
@@ -452,29 +505,39 @@ role_runner(role_actor::stateful_pointer<role_state> self, role_config cfg,
   self->state.init(std::move(cfg), std::move(pipe));
   return {
     [=](const std::string& topic, const context_delta&) {
-      self->state.dispatch(topic, self->current_mailbox_element()->content());
+      if (admit(self, "a delta"))
+        self->state.dispatch(topic, self->current_mailbox_element()->content());
     },
     [=](const std::string& topic, const model_snapshot&) {
-      self->state.dispatch(topic, self->current_mailbox_element()->content());
+      if (admit(self, "a snapshot"))
+        self->state.dispatch(topic, self->current_mailbox_element()->content());
     },
     [=](const std::string& topic, const storage_ref&) {
-      self->state.dispatch(topic, self->current_mailbox_element()->content());
+      if (admit(self, "a storage reference"))
+        self->state.dispatch(topic, self->current_mailbox_element()->content());
     },
     [=](const finish& x) {
-      self->state.on_finish(x);
+      if (admit(self, "a finish"))
+        self->state.on_finish(x);
     },
     [=](start_atom) {
+      if (!admit(self, "a start"))
+        return;
       self->state.started = true;
       self->state.maybe_start();
     },
     [=](ready_atom) -> caf::result<bool> {
+      if (!admit(self, "a ready request"))
+        return make_error(errc::unauthorized, "ready from a stranger");
       if (self->state.joined)
         return true;
       auto rp = self->make_response_promise<bool>();
       self->state.ready_waiters.push_back(rp);
       return rp;
     },
-    [=](report_atom) -> node_report {
+    [=](report_atom) -> caf::result<node_report> {
+      if (!admit(self, "a report request"))
+        return make_error(errc::unauthorized, "report from a stranger");
       auto rep = self->state.rep;
       auto& ctx = self->state.ctx;
       rep.env_step = ctx.env_step;
@@ -484,7 +547,7 @@ role_runner(role_actor::stateful_pointer<role_state> self, role_config cfg,
       return rep;
     },
     [=](iterate_atom) {
-      if (self->state.stopped)
+      if (!from_self(self, "an iterate") || self->state.stopped)
         return;
       if (self->state.finishing)
         self->state.stop(self->state.stop_reason);
@@ -492,6 +555,8 @@ role_runner(role_actor::stateful_pointer<role_state> self, role_config cfg,
         self->state.iterate();
     },
     [=](deadline_atom, std::uint64_t id) {
+      if (!from_self(self, "a deadline"))
+        return;
       auto& st = self->state;
       if (st.stopped) {
         if (id == st.drain_id) {
@@ -509,18 +574,22 @@ role_runner(role_actor::stateful_pointer<role_state> self, role_config cfg,
         st.resume(wait_outcome::timed_out);
     },
     [=](timer_atom, std::uint64_t id) {
-      self->state.on_timer(id);
+      if (from_self(self, "a timer"))
+        self->state.on_timer(id);
     },
     [=](const peer_event& x) {
       // Only this node's bus knows about peers.
       if (self->current_sender()
           != caf::actor_cast<caf::strong_actor_ptr>(self->state.cfg.bus)) {
+        admit(self, "a peer event");
         count(trust_event::message_rejected);
         return;
       }
       self->state.on_peer(x);
     },
     [=](done_atom) {
+      if (!admit(self, "a done"))
+        return;
       self->state.released = true;
       self->state.maybe_quit();
     },

@@ -153,7 +153,7 @@ TEST_F(ContextExchangerTest, SkipNIterDelaysTheFirstWait) {
   publish(bus, context_topic(role::learner), 0, d);
   ASSERT_EQ(log->size(), 4u);
   EXPECT_EQ(log->back().train_iter, 42);
-  caf::anon_send(c, finish{0, "test", false});
+  sink->send(c, finish{0, "test", false});
   run();
 }
 
@@ -201,7 +201,7 @@ TEST_F(ContextExchangerTest, LearnerWaitEndsOnFinish) {
   auto l = spawn_role(bus, 0, {role::learner}, learner_pipe(log), 0);
   start({l});
   EXPECT_TRUE(state_of(l).pending.has_value());
-  caf::anon_send(l, finish{5, "stop_value", false});
+  sink->send(l, finish{5, "stop_value", false});
   run();
   auto reps = reports();
   ASSERT_EQ(reps.count(0), 1u);

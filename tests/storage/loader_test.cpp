@@ -6,6 +6,7 @@
 #include "dice/actors/storage_loader.hpp"
 #include "dice/errc.hpp"
 #include "dice/messages/storage.hpp"
+#include "dice/trust.hpp"
 #include "dice/type_ids.hpp"
 
 #include "caf/actor_system.hpp"
@@ -41,7 +42,8 @@ model_snapshot make_snapshot(std::size_t n, std::int64_t version,
   b.add("w", dice::dtype::float32, {static_cast<std::int64_t>(n)}, xs.data(),
         xs.size() * sizeof(float));
   b.add("b", dice::dtype::float32, {1}, xs.data(), sizeof(float));
-  return b.build(1, 99, version, 1234);
+  // Sender 3: the node whose loader (options below) stores it.
+  return b.build(3, 99, version, 1234);
 }
 
 dice::context_delta make_delta() {
@@ -133,11 +135,42 @@ TEST_P(Loaders, SnapshotRoundTripGivesFreshBytes) {
   std::vector<model_snapshot> got;
   auto k = sys.spawn(keeper<model_snapshot>, &got);
   spawned.push_back(k);
-  caf::anon_send(loader, dice::load_atom::value, ref, k, std::string{"m"});
+  sink->send(loader, dice::load_atom::value, ref, k, std::string{"m"});
   run();
   ASSERT_EQ(got.size(), 1u);
   EXPECT_EQ(got[0], x);
   EXPECT_FALSE(got[0].data.same_buffer(x.data));
+}
+
+// Issue 9 item 3: a reference speaks for the node that sent it; a stored
+// snapshot naming another node is not delivered.
+TEST_P(Loaders, ASnapshotNamingAnotherNodeThanTheReferenceIsDropped) {
+  auto loader = spawn_loader();
+  auto x = make_snapshot(100, 5);
+  x.sender = 0;
+  auto ref = save(loader, x);
+  std::vector<model_snapshot> got;
+  auto k = sys.spawn(keeper<model_snapshot>, &got);
+  spawned.push_back(k);
+  auto before = dice::counter(dice::trust_event::forged_origin);
+  sink->send(loader, dice::load_atom::value, ref, k, std::string{"m"});
+  run();
+  EXPECT_TRUE(got.empty());
+  EXPECT_EQ(dice::counter(dice::trust_event::forged_origin), before + 1);
+}
+
+// A loader takes requests from its own node's actors that name themselves.
+TEST_P(Loaders, AnonymousRequestsAreDropped) {
+  auto loader = spawn_loader();
+  auto ref = save(loader, make_snapshot(100, 5));
+  std::vector<model_snapshot> got;
+  auto k = sys.spawn(keeper<model_snapshot>, &got);
+  spawned.push_back(k);
+  auto before = dice::counter(dice::trust_event::anonymous_dropped);
+  caf::anon_send(loader, dice::load_atom::value, ref, k, std::string{"m"});
+  run();
+  EXPECT_TRUE(got.empty());
+  EXPECT_EQ(dice::counter(dice::trust_event::anonymous_dropped), before + 1);
 }
 
 TEST_P(Loaders, ContextRoundTrip) {
@@ -169,7 +202,7 @@ TEST_P(Loaders, TtlCountsFromCompletionThenTheWaitGetsTheWarning) {
   std::vector<model_snapshot> got;
   auto k = sys.spawn(keeper<model_snapshot>, &got);
   spawned.push_back(k);
-  caf::anon_send(loader, dice::load_atom::value, ref, k, std::string{"m"});
+  sink->send(loader, dice::load_atom::value, ref, k, std::string{"m"});
   run();
   EXPECT_TRUE(got.empty());
   EXPECT_EQ(logs.count("Model file has been deleted on node 3, maybe you can "

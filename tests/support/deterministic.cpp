@@ -85,7 +85,7 @@ role_state& deterministic::state_of(const role_actor& x) {
 void deterministic::start(std::initializer_list<role_actor> xs) {
   sched.run();
   for (auto& x : xs)
-    caf::anon_send(x, start_atom::value);
+    sink->send(x, start_atom::value);
   sched.run();
 }
 

@@ -32,7 +32,7 @@ TEST_F(RoleTopicTest, UnsubscribedTopicIsCountedAndIgnored) {
   d.sender = 5;
   d.seq = 1;
   d.env_step = 100;
-  caf::anon_send(learner, std::string{"no_such_topic"}, d);
+  sink->send(learner, std::string{"no_such_topic"}, d);
   run();
   EXPECT_EQ(counter(trust_event::unknown_topic), before + 1);
   for (int i = 0; i < 5 && log->size() < 2; ++i)

@@ -1,6 +1,7 @@
 #pragma once
 
 #include "dice/actors/loader_options.hpp"
+#include "dice/actors/senders.hpp"
 #include "dice/messages/model_snapshot.hpp"
 #include "dice/messages/storage.hpp"
 #include "dice/messages/storage_ref.hpp"
@@ -48,6 +49,8 @@ struct model_loader_state {
   loader_options opts;
   /// A sweep is scheduled.
   bool sweeping = false;
+  /// Messages dropped because of their sender, logged once per source.
+  drop_log drops;
   /// Name in CAF's logs.
   static inline const char* name = "dice.model_loader";
 };

@@ -1,6 +1,7 @@
 #pragma once
 
 #include "dice/actors/bus.hpp"
+#include "dice/actors/senders.hpp"
 #include "dice/context.hpp"
 #include "dice/messages/context_delta.hpp"
 #include "dice/messages/finish.hpp"
@@ -212,6 +213,8 @@ struct role_state : node_services {
   std::string stop_reason;
   /// Requests for `ready_atom` that arrived before joining.
   std::vector<caf::typed_response_promise<bool>> ready_waiters;
+  /// Messages dropped because of their sender, logged once per source.
+  drop_log drops;
   /// Name in CAF's logs.
   static inline const char* name = "dice.role";
 };

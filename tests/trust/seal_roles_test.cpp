@@ -1,0 +1,75 @@
+// Issue 9, item 1 inside a node: a role actor takes messages only from
+// actors of its own node that name themselves, and a node whose bus is gone
+// says so and stops with an error instead of running on headless.
+
+#include "dice/actors/context_exchanger.hpp"
+#include "dice/messages/context_delta.hpp"
+#include "dice/trust.hpp"
+
+#include "caf/exit_reason.hpp"
+
+#include "support/deterministic.hpp"
+#include "support/probes.hpp"
+
+#include <chrono>
+
+using namespace std::chrono_literals;
+using namespace dice;
+
+namespace {
+
+class SealRoles : public dice::test::deterministic {
+ protected:
+  role_actor spawn_learner(const bus_actor& bus,
+                           std::shared_ptr<std::vector<dice::test::seen>> log) {
+    pipeline p;
+    context_exchanger_options opts;
+    opts.learner_timeout = 1s;
+    p.use(context_exchanger(opts)).use(dice::test::probe(log));
+    return spawn_role(bus, 0, {role::learner}, std::move(p));
+  }
+};
+
+// Before: the learner took an anonymous finish and stopped, and applied an
+// anonymous delta (+1,000,000 env_step).
+TEST_F(SealRoles, AnonymousMessagesToARoleActorAreDropped) {
+  auto bus = spawn_bus();
+  auto log = std::make_shared<std::vector<dice::test::seen>>();
+  auto learner = spawn_learner(bus, log);
+  start({learner});
+  auto before = counter(trust_event::anonymous_dropped);
+  context_delta d;
+  d.sender = 5;
+  d.epoch = 1;
+  d.seq = 1;
+  d.env_step = 1'000'000;
+  caf::anon_send(learner, context_topic(role::collector), d);
+  caf::anon_send(learner, finish{5, "evil", false});
+  caf::anon_send(learner, done_atom::value);
+  run();
+  EXPECT_EQ(counter(trust_event::anonymous_dropped), before + 3);
+  for (int i = 0; i < 5 && log->size() < 3; ++i)
+    advance(1s);
+  ASSERT_GE(log->size(), 3u) << "the learner stopped";
+  EXPECT_EQ(log->back().env_step, 0) << "the anonymous delta was applied";
+  EXPECT_FALSE(state_of(learner).finishing);
+}
+
+// Before: with its bus killed, the learner iterated on with no bus and no
+// log line, and never reported.
+TEST_F(SealRoles, ANodeWhoseBusDiedStopsWithAnError) {
+  auto bus = spawn_bus();
+  auto log = std::make_shared<std::vector<dice::test::seen>>();
+  auto learner = spawn_learner(bus, log);
+  start({learner});
+  caf::anon_send_exit(bus, caf::exit_reason::kill);
+  run();
+  for (int i = 0; i < 3; ++i)
+    advance(1s);
+  auto reps = reports();
+  ASSERT_EQ(reps.count(0), 1u) << "the learner runs on without its bus";
+  EXPECT_EQ(reps[0].stop_reason.rfind("error", 0), 0u) << reps[0].stop_reason;
+  EXPECT_EQ(logs.count("bus"), 1u);
+}
+
+} // namespace
