@@ -24,6 +24,8 @@ class model_cache {
   std::optional<model_snapshot> slot;
   /// Arrival time of the newest cached snapshot (local clock).
   caf::actor_clock::time_point arrived;
+  /// Sender of the last loaded model.
+  std::uint32_t loaded_sender = 0;
   /// Sender epoch of the last loaded model (0: none).
   std::uint64_t loaded_epoch = 0;
   /// Version of the last loaded model.
@@ -36,12 +38,17 @@ class model_cache {
     return &msg.get_as<model_snapshot>(1);
   }
 
-  /// True if `x` is not newer than what is loaded or cached (same sender
-  /// incarnation). DI-engine kept such a model and spun on it for 60 s.
+  /// True if `x` is not newer than what is loaded or cached from the same
+  /// sender incarnation (sender and epoch). DI-engine kept such a model and
+  /// spun on it for 60 s. Versions of different senders or epochs are never
+  /// compared: a new epoch starts over, and one sender's version (however
+  /// large) says nothing about another's, so none can stall the receiver.
   bool outdated(const model_snapshot& x) const {
-    if (x.epoch == loaded_epoch && x.version <= loaded_version)
+    if (loaded_epoch != 0 && x.sender == loaded_sender
+        && x.epoch == loaded_epoch && x.version <= loaded_version)
       return true;
-    return slot && slot->epoch == x.epoch && x.version <= slot->version;
+    return slot && slot->sender == x.sender && slot->epoch == x.epoch
+      && x.version <= slot->version;
   }
 
   /// Validates and caches `x`, or drops it with a log line.
@@ -77,6 +84,7 @@ class model_cache {
                    + render(err));
       return false;
     }
+    loaded_sender = x.sender;
     loaded_epoch = x.epoch;
     loaded_version = x.version;
     ctx.model_version = x.version;

@@ -125,6 +125,27 @@ TEST_F(ModelExchangerTest, NonNewerSnapshotIsDroppedWithoutSpinning) {
   EXPECT_TRUE(torch::equal(predict(net), predict(restarted)));
 }
 
+// Issue 9 item 3: versions are compared only within one (sender, epoch). A
+// snapshot from another sender with the learner's epoch and version 2^62
+// (what a stranger could once inject) must not make the learner's models
+// look old. Before: every genuine model was dropped as "not newer" and the
+// collector waited out its 60 s deadline each iteration.
+TEST_F(ModelExchangerTest, AFutureVersionFromAnotherSenderDoesNotStall) {
+  auto bus = spawn_bus();
+  auto c = spawn_receiver(bus, model_exchanger(model_port_of(net)));
+  start({c});
+  auto forged = snapshot_of(make_net(60), std::int64_t{1} << 62);
+  forged.sender = 9;
+  publish(bus, model_topic, 9, forged);
+  ASSERT_EQ(log->size(), 2u);
+  auto genuine = make_net(61);
+  publish(bus, model_topic, 0, snapshot_of(genuine, 2));
+  EXPECT_EQ(log->size(), 3u) << "the learner's model was dropped as not newer";
+  EXPECT_TRUE(torch::equal(predict(net), predict(genuine)));
+  EXPECT_EQ(state_of(c).rep.models_dropped, 0);
+  EXPECT_EQ(state_of(c).rep.timeouts, 0);
+}
+
 // A snapshot that does not fit the model is refused, the model untouched,
 // and the node goes on waiting for one that fits.
 TEST_F(ModelExchangerTest, MismatchedSnapshotLeavesTheModelUntouched) {
