@@ -110,10 +110,12 @@ void role_state::request_finish(std::string reason) {
 }
 
 void role_state::flush_before_done(caf::actor worker) {
-  if (worker
-      && std::find(flush_targets.begin(), flush_targets.end(), worker)
-        == flush_targets.end())
+  if (worker && std::find(flush_targets.begin(), flush_targets.end(), worker)
+                  == flush_targets.end()) {
+    // A loader that dies takes what it holds with it: noticed, not silent.
+    self->monitor(worker);
     flush_targets.push_back(std::move(worker));
+  }
 }
 
 caf::actor role_state::handle() {
@@ -185,7 +187,20 @@ void role_state::init(role_config config, pipeline p) {
   // and stop, never run on headless.
   self->monitor(cfg.bus);
   self->set_down_handler([this](caf::down_msg& dm) {
-    if (dm.source != cfg.bus.address() || quitted)
+    if (quitted)
+      return;
+    auto loader = std::find_if(flush_targets.begin(), flush_targets.end(),
+                               [&](const caf::actor& x) {
+                                 return x.address() == dm.source;
+                               });
+    if (loader != flush_targets.end()) {
+      flush_targets.erase(loader);
+      auto why = "error: a loader stopped (" + caf::to_string(dm.reason) + ")";
+      log::error(cfg.node, why);
+      on_finish(finish{cfg.node, why, true});
+      return;
+    }
+    if (dm.source != cfg.bus.address())
       return;
     auto why = "error: the bus stopped (" + caf::to_string(dm.reason)
       + "); this node can no longer reach its peers";

@@ -3,6 +3,7 @@
 // says so and stops with an error instead of running on headless.
 
 #include "dice/actors/context_exchanger.hpp"
+#include "dice/actors/storage_loader.hpp"
 #include "dice/messages/context_delta.hpp"
 #include "dice/trust.hpp"
 
@@ -10,8 +11,10 @@
 
 #include "support/deterministic.hpp"
 #include "support/probes.hpp"
+#include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 
 using namespace std::chrono_literals;
 using namespace dice;
@@ -70,6 +73,36 @@ TEST_F(SealRoles, ANodeWhoseBusDiedStopsWithAnError) {
   ASSERT_EQ(reps.count(0), 1u) << "the learner runs on without its bus";
   EXPECT_EQ(reps[0].stop_reason.rfind("error", 0), 0u) << reps[0].stop_reason;
   EXPECT_EQ(logs.count("bus"), 1u);
+}
+
+// A collector's storage loader dies (nothing outside the node can reach it,
+// but a bug or a local kill can): the node ends the run with an error
+// instead of handing deltas to a dead actor.
+TEST_F(SealRoles, ANodeWhoseLoaderDiedStopsWithAnError) {
+  namespace fs = std::filesystem;
+  auto dir = fs::temp_directory_path()
+    / ("dice-seal-roles-" + std::to_string(::getpid()));
+  auto bus = spawn_bus();
+  loader_options opts;
+  opts.dirname = dir.string();
+  opts.node = 2;
+  opts.detached = false;
+  auto loader = spawn_storage_loader(sys, opts);
+  pipeline p;
+  context_exchanger_options ce;
+  ce.storage_loader = loader;
+  p.use(dice::test::busy_for(1s)).use(context_exchanger(ce));
+  auto c = spawn_role(bus, 2, {role::collector}, std::move(p));
+  start({c});
+  caf::anon_send_exit(loader, caf::exit_reason::kill);
+  run();
+  for (int i = 0; i < 3; ++i)
+    advance(1s);
+  auto reps = reports();
+  ASSERT_EQ(reps.count(2), 1u) << "the collector runs on without its loader";
+  EXPECT_EQ(reps[2].stop_reason.rfind("error: a loader stopped", 0), 0u)
+    << reps[2].stop_reason;
+  fs::remove_all(dir);
 }
 
 } // namespace
