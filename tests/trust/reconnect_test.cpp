@@ -38,10 +38,10 @@ std::string bin_dir() {
 
 std::vector<std::string> node_args(int id, std::string loss,
                                    std::vector<std::string> extra) {
-  std::vector<std::string> args{bin_dir() + "hello_exchange",
-                                "--dice.node-id=" + std::to_string(id),
-                                "--dice.workers=4", "--dice.topology=star",
-                                "--dice.peer-loss-timeout=" + loss};
+  std::vector<std::string> args{
+    bin_dir() + "hello_exchange", "--dice.node-id=" + std::to_string(id),
+    "--dice.workers=4",           "--dice.topology=star",
+    "--dice.host=127.0.0.1",      "--dice.peer-loss-timeout=" + loss};
   args.insert(args.end(), extra.begin(), extra.end());
   return args;
 }

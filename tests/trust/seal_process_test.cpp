@@ -1,12 +1,14 @@
 // Issue 9, item 1 over real TCP: a learner and collectors run as processes
 // (hello_exchange, no cluster secret, loopback, ephemeral ports); the test
-// process is the stranger. It knows only the learner's port, gets the
-// published actor with caf::io::remote_actor and sends it what dice's own
+// process is the stranger. It knows only the learner's port, passes dice's
+// preamble (which without a secret anyone who speaks it passes) with
+// dice's own dialer, gets the published actor and sends it what dice's own
 // actors send, anonymously. A late collector then ends the run, and the
 // learner's env_step must equal what the collectors sent.
 
 #include "dice/auth.hpp"
 #include "dice/messages/context_delta.hpp"
+#include "dice/net/dialer.hpp"
 #include "dice/type_ids.hpp"
 
 #include "caf/actor_system.hpp"
@@ -31,6 +33,7 @@
 #include <memory>
 #include <optional>
 #include <regex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -43,10 +46,10 @@ using process = dice::test::child_process;
 const std::string bin_dir = std::string{DICE_BINARY_DIR} + "/bin/";
 
 std::vector<std::string> node_args(int id, std::vector<std::string> extra) {
-  std::vector<std::string> args{bin_dir + "hello_exchange",
-                                "--dice.node-id=" + std::to_string(id),
-                                "--dice.workers=3", "--dice.topology=star",
-                                "--dice.peer-loss-timeout=10s"};
+  std::vector<std::string> args{
+    bin_dir + "hello_exchange", "--dice.node-id=" + std::to_string(id),
+    "--dice.workers=3",         "--dice.topology=star",
+    "--dice.host=127.0.0.1",    "--dice.peer-loss-timeout=10s"};
   args.insert(args.end(), extra.begin(), extra.end());
   return args;
 }
@@ -94,9 +97,22 @@ class SealProcess : public ::testing::Test {
     c1.emplace(node_args(1, {attach, "--dice.roles=collector"}));
     ASSERT_TRUE(c1->wait_for(std::regex{"connected to peer node 0"}, 20s))
       << c1->text();
-    auto gate = stranger.middleman().remote_actor("127.0.0.1", port);
-    ASSERT_TRUE(gate) << caf::to_string(gate.error());
-    published = *gate;
+    auto dialer = dice::net::spawn_dialer(
+      stranger, dice::net::dialer_config{99, "", false, 5s});
+    caf::scoped_actor self{stranger};
+    self
+      ->request(dialer, 10s, caf::connect_atom::value, std::string{"127.0.0.1"},
+                port)
+      .receive(
+        [&](const caf::node_id&, caf::strong_actor_ptr& ptr,
+            const std::set<std::string>&) {
+          published = caf::actor_cast<caf::actor>(ptr);
+        },
+        [&](caf::error& err) {
+          FAIL() << "the stranger cannot connect: " << caf::to_string(err);
+        });
+    caf::anon_send_exit(dialer, caf::exit_reason::user_shutdown);
+    ASSERT_TRUE(published);
   }
 
   /// Ends the run with a late collector; returns the learner's env_step
