@@ -29,6 +29,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -43,7 +44,11 @@ using namespace std::chrono_literals;
 using clock_type = std::chrono::steady_clock;
 using process = dice::test::child_process;
 
-const std::string bin_dir = std::string{DICE_BINARY_DIR} + "/bin/";
+// DICE_TEST_BIN_DIR runs the same test against other binaries (e.g. an
+// older build, to see the test fail without the fix).
+const std::string bin_dir = std::getenv("DICE_TEST_BIN_DIR")
+  ? std::string{std::getenv("DICE_TEST_BIN_DIR")} + "/"
+  : std::string{DICE_BINARY_DIR} + "/bin/";
 
 std::vector<std::string> node_args(int id, std::vector<std::string> extra) {
   std::vector<std::string> args{
