@@ -831,9 +831,17 @@ bus_actor::behavior_type bus(bus_ptr self, bus_config cfg) {
     if (em.reason != caf::exit_reason::normal)
       self->quit(em.reason);
   });
-  // CAF's default error handler would stop the bus.
+  // CAF's default error handler would stop the bus. A member of this node
+  // may answer a peer_event it does not handle with an error: ignored.
   self->set_error_handler([=](caf::error& err) {
-    drop(self, trust_event::stranger_dropped, self->current_sender(),
+    auto& src = self->current_sender();
+    if (trusted_local(src, self->system())) {
+      count(trust_event::message_rejected);
+      log::debug(self->state.cfg.node,
+                 "bus ignored an error from a local actor: " + render(err));
+      return;
+    }
+    drop(self, trust_event::stranger_dropped, src,
          "an error message (" + render(err) + ")",
          "nobody sends the bus errors");
   });

@@ -110,8 +110,9 @@ void role_state::request_finish(std::string reason) {
 }
 
 void role_state::flush_before_done(caf::actor worker) {
-  if (worker && std::find(flush_targets.begin(), flush_targets.end(), worker)
-                  == flush_targets.end()) {
+  if (worker
+      && std::find(flush_targets.begin(), flush_targets.end(), worker)
+        == flush_targets.end()) {
     // A loader that dies takes what it holds with it: noticed, not silent.
     self->monitor(worker);
     flush_targets.push_back(std::move(worker));
