@@ -4,6 +4,7 @@
 //   dice-launch --workers N [--topology star|mesh|alone] [--ports P]
 //               [--node-ids I[,I...]] [--attach-to host:port,...]
 //               [--host ADDR] [--startup-timeout S]
+//               [--max-restarts N] [--restart-backoff S] [--stop-timeout S]
 //               [--dice.secret-file=F] [--openssl.KEY=V ...] -- PROGRAM ...
 //
 // Each node gets `--dice.node-id= --dice.workers= --dice.topology=
@@ -17,6 +18,18 @@
 // temporary file for its nodes and removes it at exit. Output lines are
 // prefixed with "[node ID] "; SIGINT/SIGTERM are forwarded; the exit code
 // is 0 only if every node exited 0.
+//
+// Supervision (--max-restarts N): a node that exits non-zero or dies by a
+// signal is started again with the same id, port and arguments (and
+// DICE_RESTART_COUNT=k in its environment), after --restart-backoff
+// seconds doubling per restart of that node (capped at 30 s), up to N
+// times; then the launcher stops the run and exits non-zero. Once any node
+// exited 0, or logged "run finished by node ..." (dice's bus does when the
+// run ends), the run is over and nothing is restarted. Every node runs in
+// its own process group: a dead node's leftovers and, on SIGINT/SIGTERM,
+// every node's whole group are signalled; groups still alive after
+// --stop-timeout seconds (default 10) are killed, and the launcher waits
+// for every node before it exits.
 
 #include <fcntl.h>
 #include <poll.h>
@@ -44,6 +57,9 @@ namespace {
 using clock_type = std::chrono::steady_clock;
 
 volatile std::sig_atomic_t signals_seen = 0;
+// A node logged the end of the run ("run finished by node ..."): from then
+// on a node that exits is not restarted, even if it fails while stopping.
+bool finish_seen = false;
 volatile std::sig_atomic_t last_signal = 0;
 
 void on_signal(int sig) {
@@ -61,7 +77,25 @@ struct child {
   std::string out_buf;
   std::string err_buf;
   std::optional<int> exit_code;
+  /// The command line of the first start, reused by every restart.
+  std::vector<std::string> argv;
+  /// Restarts so far.
+  std::uint32_t restarts = 0;
+  /// When a pending restart is due (empty: none pending).
+  std::optional<clock_type::time_point> restart_at;
+  /// How the incarnations before the current one ended, in order.
+  std::vector<std::string> deaths;
+  /// Exhausted its restarts: the run failed.
+  bool given_up = false;
 };
+
+/// "exit code 3" or "signal 9 (Killed)".
+std::string describe_status(int status) {
+  if (WIFSIGNALED(status))
+    return "signal " + std::to_string(WTERMSIG(status)) + " ("
+      + ::strsignal(WTERMSIG(status)) + ")";
+  return "exit code " + std::to_string(WEXITSTATUS(status));
+}
 
 struct options {
   std::uint32_t workers = 1;
@@ -72,6 +106,12 @@ struct options {
   /// Address every node listens on and is reached at.
   std::string host = "127.0.0.1";
   double startup_timeout = 60;
+  /// Restarts per node after a non-zero exit or a signal (0: none).
+  std::uint32_t max_restarts = 0;
+  /// Wait before a node's first restart; doubles per restart, at most 30 s.
+  double restart_backoff = 1.0;
+  /// After SIGINT/SIGTERM, kill what is still running after this long.
+  double stop_timeout = 10;
   std::vector<std::string> command;
   /// Trust settings every node gets (cluster secret, TLS files).
   std::vector<std::string> pass_through;
@@ -82,7 +122,9 @@ struct options {
             << "usage: dice-launch --workers N [--topology star|mesh|alone] "
                "[--ports P[,P...]] [--node-ids I[,I...]] "
                "[--attach-to host:port,...] [--host ADDR] "
-               "[--startup-timeout SECONDS] [--dice.secret-file=FILE] "
+               "[--startup-timeout SECONDS] [--max-restarts N] "
+               "[--restart-backoff SECONDS] [--stop-timeout SECONDS] "
+               "[--dice.secret-file=FILE] "
                "[--openssl.KEY=VALUE ...] -- PROGRAM [ARGS...]\n";
   std::exit(2);
 }
@@ -151,6 +193,16 @@ options parse(int argc, char** argv) {
       opts.host = value(flag);
     } else if (flag == "--startup-timeout") {
       opts.startup_timeout = std::atof(value(flag).c_str());
+    } else if (flag == "--max-restarts") {
+      opts.max_restarts = static_cast<std::uint32_t>(
+        to_num(value(flag), 1000000, "--max-restarts"));
+    } else if (flag == "--restart-backoff" || flag == "--stop-timeout") {
+      auto str = value(flag);
+      char* end = nullptr;
+      auto x = std::strtod(str.c_str(), &end);
+      if (str.empty() || *end != '\0' || !(x >= 0) || x > 3600)
+        usage("bad " + flag + ": '" + str + "' (seconds, 0 to 3600)");
+      (flag == "--stop-timeout" ? opts.stop_timeout : opts.restart_backoff) = x;
     } else if (flag == "--dice.secret-file"
                || flag.rfind("--openssl.", 0) == 0) {
       opts.pass_through.push_back(flag + "=" + value(flag));
@@ -258,6 +310,9 @@ void flush_lines(child& c, std::string& buf, int fd, bool final) {
       break;
     auto line = buf.substr(pos, nl - pos);
     pos = nl + 1;
+    if (!finish_seen
+        && line.find("] run finished by node ") != std::string::npos)
+      finish_seen = true;
     if (fd == STDOUT_FILENO && c.port == 0) {
       auto tag = "dice-node " + std::to_string(c.id) + " listening on port ";
       auto at = line.find(tag);
@@ -315,7 +370,38 @@ void pump(std::vector<child>& children, int timeout_ms) {
   }
 }
 
-void reap(std::vector<child>& children) {
+/// What the supervisor knows about the run as a whole.
+struct run_state {
+  /// A node exited 0: the run ended (finish); nothing is restarted.
+  bool over = false;
+  /// SIGINT/SIGTERM arrived, or a node exhausted its restarts: stopping.
+  bool stopping = false;
+  /// When still-running groups get SIGKILL (set once stopping).
+  std::optional<clock_type::time_point> kill_at;
+};
+
+// Signals a node's whole process group (its own children too).
+void signal_group(const child& c, int sig) {
+  if (c.pid > 0 && ::kill(-c.pid, sig) != 0)
+    ::kill(c.pid, sig); // not (yet) a group leader
+}
+
+void stop_all(std::vector<child>& children, run_state& run, const options& opts,
+              int sig) {
+  if (!run.stopping)
+    run.kill_at = clock_type::now()
+      + std::chrono::milliseconds{
+        static_cast<long long>(opts.stop_timeout * 1000)};
+  run.stopping = true;
+  for (auto& c : children) {
+    c.restart_at.reset();
+    if (!c.exit_code)
+      signal_group(c, sig);
+  }
+}
+
+// Reaps exited nodes; with --max-restarts schedules their restarts.
+void reap(std::vector<child>& children, run_state& run, const options& opts) {
   for (auto& c : children) {
     if (c.pid < 0 || c.exit_code)
       continue;
@@ -329,8 +415,52 @@ void reap(std::vector<child>& children) {
       c.exit_code = 128 + WTERMSIG(status);
     else
       continue;
+    // Whatever the node left behind in its group goes with it.
+    ::kill(-c.pid, SIGKILL);
+    auto how = describe_status(status);
     std::cerr << "[dice-launch] node " << c.id << " exited with code "
-              << *c.exit_code << std::endl;
+              << *c.exit_code;
+    if (WIFSIGNALED(status))
+      std::cerr << " (" << how << ")";
+    std::cerr << std::endl;
+    if (*c.exit_code == 0) {
+      if (!run.over)
+        for (auto& other : children)
+          if (other.restart_at) {
+            other.restart_at.reset();
+            std::cerr << "[dice-launch] node " << other.id
+                      << " is not restarted: the run is over" << std::endl;
+          }
+      run.over = true;
+      continue;
+    }
+    if (opts.max_restarts == 0 || run.over || run.stopping)
+      continue;
+    if (finish_seen) {
+      std::cerr << "[dice-launch] node " << c.id
+                << " is not restarted: the run finished" << std::endl;
+      continue;
+    }
+    c.deaths.push_back(how);
+    if (c.restarts >= opts.max_restarts) {
+      c.given_up = true;
+      std::cerr << "[dice-launch] node " << c.id << " failed "
+                << c.deaths.size() << " times (last: " << how
+                << "); giving up after " << c.restarts
+                << " restart(s) (--max-restarts " << opts.max_restarts
+                << "): stopping the run" << std::endl;
+      stop_all(children, run, opts, SIGTERM);
+      continue;
+    }
+    auto delay = std::min(
+      30.0,
+      opts.restart_backoff
+        * static_cast<double>(1u << std::min(c.restarts, 16u)));
+    c.restart_at = clock_type::now()
+      + std::chrono::milliseconds{static_cast<long long>(delay * 1000)};
+    std::cerr << "[dice-launch] node " << c.id << " died (" << how
+              << "); restart " << (c.restarts + 1) << " of "
+              << opts.max_restarts << " in " << delay << " s" << std::endl;
   }
 }
 
@@ -344,10 +474,14 @@ bool spawn(child& c, const std::vector<std::string>& argv) {
   if (pid < 0)
     return false;
   if (pid == 0) {
+    // Its own group: stopping the node reaches whatever it started.
+    ::setpgid(0, 0);
     // A node must not outlive its launcher (e.g. killed by a test).
     ::prctl(PR_SET_PDEATHSIG, SIGTERM);
     if (::getppid() != parent)
       ::_exit(127);
+    if (c.restarts > 0)
+      ::setenv("DICE_RESTART_COUNT", std::to_string(c.restarts).c_str(), 1);
     ::dup2(out[1], STDOUT_FILENO);
     ::dup2(err[1], STDERR_FILENO);
     ::close(out[0]);
@@ -363,6 +497,7 @@ bool spawn(child& c, const std::vector<std::string>& argv) {
                  std::strerror(errno));
     ::_exit(127);
   }
+  ::setpgid(pid, pid); // no race with the child's own call
   ::close(out[1]);
   ::close(err[1]);
   c.pid = pid;
@@ -371,15 +506,85 @@ bool spawn(child& c, const std::vector<std::string>& argv) {
   return true;
 }
 
-void forward_signals(std::vector<child>& children, int& forwarded) {
-  if (signals_seen == forwarded)
-    return;
-  forwarded = signals_seen;
-  // The first signal asks nicely; a second one kills.
-  auto sig = forwarded > 1 ? SIGKILL : static_cast<int>(last_signal);
-  for (auto& c : children)
-    if (c.pid > 0 && !c.exit_code)
-      ::kill(c.pid, sig);
+void forward_signals(std::vector<child>& children, run_state& run,
+                     const options& opts, int& forwarded) {
+  if (signals_seen != forwarded) {
+    forwarded = signals_seen;
+    // The first signal asks nicely; a second one kills.
+    auto sig = forwarded > 1 ? SIGKILL : static_cast<int>(last_signal);
+    stop_all(children, run, opts, sig);
+  }
+  if (run.kill_at && clock_type::now() >= *run.kill_at) {
+    run.kill_at.reset();
+    for (auto& c : children)
+      if (!c.exit_code) {
+        std::cerr << "[dice-launch] node " << c.id << " still runs "
+                  << opts.stop_timeout << " s after the stop; killing it"
+                  << std::endl;
+        signal_group(c, SIGKILL);
+      }
+  }
+}
+
+// Reads what is left in a dead node's pipes (non-blocking) and closes them.
+void drain(child& c) {
+  char buf[65536];
+  for (auto* fd : {&c.out_fd, &c.err_fd}) {
+    if (*fd < 0)
+      continue;
+    auto is_out = fd == &c.out_fd;
+    auto& acc = is_out ? c.out_buf : c.err_buf;
+    ::fcntl(*fd, F_SETFL, ::fcntl(*fd, F_GETFL) | O_NONBLOCK);
+    for (;;) {
+      auto n = ::read(*fd, buf, sizeof(buf));
+      if (n < 0 && errno == EINTR)
+        continue;
+      if (n <= 0)
+        break;
+      acc.append(buf, static_cast<std::size_t>(n));
+    }
+    flush_lines(c, acc, is_out ? STDOUT_FILENO : STDERR_FILENO, true);
+    ::close(*fd);
+    *fd = -1;
+  }
+}
+
+// Starts the due restarts with the node's first command line, on the port
+// it had (an ephemeral one included: its peers reconnect there).
+void restart_due(std::vector<child>& children, const options& opts) {
+  auto now = clock_type::now();
+  for (auto& c : children) {
+    if (c.restart_at && finish_seen) {
+      c.restart_at.reset();
+      std::cerr << "[dice-launch] node " << c.id
+                << " is not restarted: the run finished" << std::endl;
+    }
+    if (!c.restart_at || now < *c.restart_at)
+      continue;
+    c.restart_at.reset();
+    drain(c);
+    auto args = c.argv;
+    if (opts.ports.empty() && c.port != 0) {
+      auto at = std::find_if(args.begin(), args.end(), [](auto& a) {
+        return a.rfind("--dice.host=", 0) == 0;
+      });
+      args.insert(at == args.end() ? args.begin() + 1 : at + 1,
+                  "--dice.port=" + std::to_string(c.port));
+    }
+    ++c.restarts;
+    c.exit_code.reset();
+    c.pid = -1;
+    if (!spawn(c, args)) {
+      std::cerr << "[dice-launch] cannot restart node " << c.id << ": "
+                << std::strerror(errno) << std::endl;
+      c.exit_code = 1;
+      c.given_up = true;
+      continue;
+    }
+    std::cerr << "[dice-launch] restarted node " << c.id << " (restart "
+              << c.restarts << " of " << opts.max_restarts << ", pid " << c.pid
+              << ")" << std::endl;
+  }
 }
 
 } // namespace
@@ -416,6 +621,7 @@ int main(int argc, char** argv) {
   }
   auto t0 = clock_type::now();
   std::vector<child> children(opts.workers);
+  run_state run;
   int forwarded = 0;
   auto deadline = t0
     + std::chrono::milliseconds{
@@ -439,7 +645,7 @@ int main(int argc, char** argv) {
       while (port == 0 && t.port == 0 && !t.exit_code && !signals_seen
              && clock_type::now() < deadline) {
         pump(children, 50);
-        reap(children);
+        reap(children, run, opts);
       }
       if (port == 0)
         port = t.port;
@@ -468,10 +674,14 @@ int main(int argc, char** argv) {
       args.push_back("--dice.attach-to=" + attach);
     args.insert(args.end(), opts.pass_through.begin(), opts.pass_through.end());
     args.insert(args.end(), opts.command.begin() + 1, opts.command.end());
+    c.argv = args;
     if (!spawn(c, args)) {
       std::cerr << "[dice-launch] cannot start node " << c.id << ": "
                 << std::strerror(errno) << std::endl;
       failed = true;
+    } else {
+      std::cerr << "[dice-launch] node " << c.id << " started, pid " << c.pid
+                << std::endl;
     }
   }
   if (!failed) {
@@ -481,18 +691,28 @@ int main(int argc, char** argv) {
     std::cerr << "[dice-launch] started " << opts.workers << " nodes in " << ms
               << " ms" << std::endl;
   } else {
-    for (auto& c : children)
-      if (c.pid > 0)
-        ::kill(c.pid, SIGTERM);
+    stop_all(children, run, opts, SIGTERM);
   }
   for (;;) {
-    forward_signals(children, forwarded);
-    pump(children, 100);
-    reap(children);
-    auto running = std::any_of(children.begin(), children.end(),
-                               [](const child& c) {
-                                 return c.pid > 0 && !c.exit_code;
-                               });
+    forward_signals(children, run, opts, forwarded);
+    restart_due(children, opts);
+    // Wake up in time for the next restart.
+    int wait_ms = 100;
+    for (auto& c : children)
+      if (c.restart_at)
+        wait_ms = std::min<int>(
+          wait_ms,
+          static_cast<int>(std::max<long long>(
+            0,
+            std::chrono::duration_cast<std::chrono::milliseconds>(
+              *c.restart_at - clock_type::now())
+              .count())));
+    pump(children, wait_ms);
+    reap(children, run, opts);
+    auto running = std::any_of(
+      children.begin(), children.end(), [](const child& c) {
+        return (c.pid > 0 && !c.exit_code) || c.restart_at;
+      });
     auto open = std::any_of(children.begin(), children.end(),
                             [](const child& c) {
                               return c.out_fd >= 0 || c.err_fd >= 0;
@@ -504,8 +724,31 @@ int main(int argc, char** argv) {
   }
   secret.remove();
   int rc = failed ? 1 : 0;
+  std::uint32_t restarts = 0;
+  for (auto& c : children)
+    restarts += c.restarts;
+  // The node that exhausted its restarts names the failure, not the
+  // others the launcher stopped because of it.
+  for (auto& c : children)
+    if (c.given_up && rc == 0)
+      rc = c.exit_code && *c.exit_code != 0 ? *c.exit_code : 1;
   for (auto& c : children)
     if (c.exit_code && *c.exit_code != 0 && rc == 0)
       rc = *c.exit_code;
+  if (opts.max_restarts > 0) {
+    // One line a script can read: restarts in total and per node.
+    std::cerr << "[dice-launch] summary: " << opts.workers << " nodes, "
+              << restarts << " restart(s)";
+    for (auto& c : children)
+      if (c.restarts > 0 || c.given_up) {
+        std::cerr << "; node " << c.id << ": " << c.restarts
+                  << " restart(s) after";
+        for (std::size_t k = 0; k < c.deaths.size(); ++k)
+          std::cerr << (k == 0 ? " " : ", ") << c.deaths[k];
+        if (c.given_up)
+          std::cerr << ", gave up";
+      }
+    std::cerr << "; exit code " << rc << std::endl;
+  }
   return rc;
 }
