@@ -1,5 +1,6 @@
 #include "dice/actors/local_cluster.hpp"
 
+#include "dice/actors/role_supervisor.hpp"
 #include "dice/errc.hpp"
 #include "dice/log.hpp"
 
@@ -16,13 +17,12 @@ namespace dice {
 namespace {
 
 // One role actor per node on `the_bus`, each waiting for start_atom and
-// reporting to `report_to`.
-std::vector<role_actor> spawn_nodes(caf::actor_system& sys,
-                                    const bus_actor& the_bus,
-                                    std::vector<local_node> nodes,
-                                    const local_run_options& opts,
-                                    const caf::actor& report_to) {
-  std::vector<role_actor> actors;
+// reporting to `report_to`, under a supervisor that restarts it.
+std::vector<role_supervisor> make_nodes(std::vector<local_node> nodes,
+                                        const bus_actor& the_bus,
+                                        const local_run_options& opts,
+                                        const caf::actor& report_to) {
+  std::vector<role_supervisor> result;
   for (auto& n : nodes) {
     role_config cfg;
     cfg.node = n.id;
@@ -32,9 +32,19 @@ std::vector<role_actor> spawn_nodes(caf::actor_system& sys,
     cfg.wait_for_start = true;
     cfg.print_report = opts.print_reports;
     cfg.report_to = report_to;
-    actors.push_back(sys.spawn(role_runner, std::move(cfg), std::move(n.pipe)));
+    result.emplace_back(std::move(cfg), std::move(n.pipe), opts.max_restarts,
+                        std::move(n.rebuild));
   }
-  return actors;
+  return result;
+}
+
+// The supervisor of the incarnation that went down (nullptr: none).
+role_supervisor* owner_of(std::vector<role_supervisor>& nodes,
+                          const caf::actor_addr& who) {
+  for (auto& n : nodes)
+    if (n.current().address() == who)
+      return &n;
+  return nullptr;
 }
 
 // With CAF's test coordinator (dice.deterministic) everything runs on this
@@ -44,16 +54,19 @@ std::vector<role_actor> spawn_nodes(caf::actor_system& sys,
 caf::expected<std::vector<node_report>>
 run_deterministic(caf::actor_system& sys,
                   caf::scheduler::test_coordinator& sched,
-                  std::vector<local_node> nodes, local_run_options opts) {
+                  std::vector<local_node> local_nodes, local_run_options opts) {
   caf::scoped_actor sink{sys, true};
   auto the_bus = sys.spawn(bus, bus_config{});
-  auto actors = spawn_nodes(sys, the_bus, std::move(nodes), opts,
-                            caf::actor_cast<caf::actor>(sink));
+  auto nodes = make_nodes(std::move(local_nodes), the_bus, opts,
+                          caf::actor_cast<caf::actor>(sink));
+  for (auto& n : nodes)
+    sink->monitor(n.start(sys));
   sched.run(); // every node joins the bus before any starts
   // Named: a role actor drops anonymous messages.
-  for (auto& a : actors)
-    sink->send(a, start_atom::value);
+  for (auto& n : nodes)
+    sink->send(n.current(), start_atom::value);
   std::map<std::uint32_t, node_report> reports;
+  caf::error failure;
   auto collect = [&] {
     bool more = true;
     while (more)
@@ -61,30 +74,42 @@ run_deterministic(caf::actor_system& sys,
         [&](const node_report& rep) {
           reports[rep.node] = rep;
         },
+        [&](const caf::down_msg& dm) {
+          auto n = owner_of(nodes, dm.source);
+          if (n != nullptr && is(dm.reason, errc::user_exception)) {
+            if (n->restart(sys, dm.reason))
+              sink->monitor(n->current());
+            else if (!failure)
+              failure = dm.reason;
+          }
+        },
         caf::after(std::chrono::seconds{0}) >>
           [&] {
             more = false;
           });
   };
-  while (reports.size() < actors.size()) {
+  while (reports.size() < nodes.size() && !failure) {
     if (sched.try_run_once())
       continue;
     collect();
-    if (reports.size() >= actors.size() || !sched.has_pending_timeout())
+    if (reports.size() >= nodes.size() || failure
+        || !sched.has_pending_timeout())
       break;
     sched.trigger_timeout();
   }
   collect();
   caf::anon_send_exit(the_bus, caf::exit_reason::user_shutdown);
   sched.run();
-  if (reports.size() < actors.size()) {
-    for (auto& a : actors)
-      caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+  if (reports.size() < nodes.size()) {
+    for (auto& n : nodes)
+      caf::anon_send_exit(n.current(), caf::exit_reason::user_shutdown);
     sched.run();
+    if (failure)
+      return failure;
     return make_error(errc::timeout,
                       "the deterministic run stalled: "
                         + std::to_string(reports.size()) + " of "
-                        + std::to_string(actors.size()) + " nodes reported");
+                        + std::to_string(nodes.size()) + " nodes reported");
   }
   std::vector<node_report> result;
   for (auto& [id, rep] : reports)
@@ -94,26 +119,29 @@ run_deterministic(caf::actor_system& sys,
 
 } // namespace
 
-caf::expected<std::vector<node_report>> run_local(caf::actor_system& sys,
-                                                  std::vector<local_node> nodes,
-                                                  local_run_options opts) {
+caf::expected<std::vector<node_report>>
+run_local(caf::actor_system& sys, std::vector<local_node> local_nodes,
+          local_run_options opts) {
   if (auto sched = dynamic_cast<caf::scheduler::test_coordinator*>(
         &sys.scheduler()))
-    return run_deterministic(sys, *sched, std::move(nodes), std::move(opts));
+    return run_deterministic(sys, *sched, std::move(local_nodes),
+                             std::move(opts));
   caf::scoped_actor self{sys};
   auto the_bus = sys.spawn(bus, bus_config{});
-  auto actors = spawn_nodes(sys, the_bus, std::move(nodes), opts,
-                            caf::actor_cast<caf::actor>(self));
+  auto nodes = make_nodes(std::move(local_nodes), the_bus, opts,
+                          caf::actor_cast<caf::actor>(self));
+  for (auto& n : nodes)
+    self->monitor(n.start(sys));
   auto stop_all = [&] {
-    for (auto& a : actors)
-      self->send_exit(a, caf::exit_reason::user_shutdown);
+    for (auto& n : nodes)
+      self->send_exit(n.current(), caf::exit_reason::user_shutdown);
     self->send_exit(the_bus, caf::exit_reason::user_shutdown);
   };
   // Every node joins the bus before any starts, so no early message finds
   // a topic without its subscribers.
   caf::error failure;
-  for (auto& a : actors)
-    self->request(a, std::chrono::seconds{30}, ready_atom::value)
+  for (auto& n : nodes)
+    self->request(n.current(), std::chrono::seconds{30}, ready_atom::value)
       .receive([](bool) {},
                [&](caf::error& err) {
                  failure = err;
@@ -122,20 +150,27 @@ caf::expected<std::vector<node_report>> run_local(caf::actor_system& sys,
     stop_all();
     return failure;
   }
-  for (auto& a : actors)
-    self->send(a, start_atom::value);
+  for (auto& n : nodes)
+    self->send(n.current(), start_atom::value);
   std::map<std::uint32_t, node_report> reports;
-  for (auto& a : actors)
-    self->monitor(a);
   std::size_t downs = 0;
   bool timed_out = false;
   self->receive_while([&] {
-    return downs < actors.size() && !timed_out;
+    return downs < nodes.size() && !timed_out && !failure;
   })(
     [&](const node_report& rep) {
       reports[rep.node] = rep;
     },
-    [&](const caf::down_msg&) {
+    [&](const caf::down_msg& dm) {
+      // A node whose middleware threw comes back on the same bus.
+      auto n = owner_of(nodes, dm.source);
+      if (n != nullptr && is(dm.reason, errc::user_exception)) {
+        if (n->restart(sys, dm.reason)) {
+          self->monitor(n->current());
+          return;
+        }
+        failure = dm.reason;
+      }
       ++downs;
     },
     caf::after(opts.deadline) >>
@@ -143,6 +178,10 @@ caf::expected<std::vector<node_report>> run_local(caf::actor_system& sys,
         timed_out = true;
       });
   self->send_exit(the_bus, caf::exit_reason::user_shutdown);
+  if (failure) {
+    stop_all();
+    return failure;
+  }
   if (timed_out) {
     stop_all();
     return make_error(

@@ -4,6 +4,7 @@
 #include "dice/actors/gate.hpp"
 #include "dice/actors/model_exchanger.hpp"
 #include "dice/actors/role_actor.hpp"
+#include "dice/actors/role_supervisor.hpp"
 #include "dice/errc.hpp"
 #include "dice/log.hpp"
 #include "dice/net/dialer.hpp"
@@ -263,9 +264,10 @@ node_system_config::node_system_config() {
          "reaches the port may join)")
     .add(secret_file, "secret-file",
          "file with the cluster secret (peers must know it)")
-    .add(
-      deterministic, "deterministic",
-      "embedded runs: one thread, fixed order, virtual clock (reproducible)");
+    .add(deterministic, "deterministic",
+         "embedded runs: one thread, fixed order, virtual clock (reproducible)")
+    .add(max_restarts, "max-restarts",
+         "start a role actor whose middleware threw again, this many times");
 }
 
 caf::expected<node_config> make_node_config(const node_system_config& cfg) {
@@ -278,6 +280,17 @@ caf::expected<node_config> make_node_config(const node_system_config& cfg) {
   result.handshake_timeout = cfg.handshake_timeout;
   result.max_pending = cfg.max_pending;
   result.insecure = cfg.insecure;
+  if (cfg.max_restarts < 0)
+    return make_error(errc::invalid_config, "dice.max-restarts is negative");
+  result.max_restarts = cfg.max_restarts;
+  if (auto restarted = env("DICE_RESTART_COUNT")) {
+    std::uint64_t n = 0;
+    if (!parse_uint(restarted, n) || n > 1000000)
+      return make_error(errc::invalid_config,
+                        "bad DICE_RESTART_COUNT '" + std::string{restarted}
+                          + "'");
+    result.restart_count = static_cast<std::int64_t>(n);
+  }
   if (!cfg.secret_file.empty()) {
     auto secret = load_secret(cfg.secret_file);
     if (!secret)
@@ -508,7 +521,12 @@ caf::expected<node_report> node::run(pipeline pipe, node_run_options opts) {
   rc.wait_for_start = true;
   rc.print_report = opts.print_report;
   rc.report_to = caf::actor_cast<caf::actor>(self);
-  auto member = sys_->spawn(role_runner, std::move(rc), std::move(pipe));
+  rc.restarts = cfg_.restart_count;
+  role_supervisor sup{std::move(rc), std::move(pipe),
+                      opts.max_restarts >= 0 ? opts.max_restarts
+                                             : cfg_.max_restarts,
+                      std::move(opts.rebuild)};
+  auto member = sup.start(*sys_);
   self->monitor(member);
   caf::error failure;
   self->request(member, std::chrono::seconds{30}, ready_atom::value)
@@ -553,15 +571,20 @@ caf::expected<node_report> node::run(pipeline pipe, node_run_options opts) {
     [&](const node_report& x) {
       rep = x;
     },
-    [&](const caf::down_msg&) {
-      down = true;
+    [&](const caf::down_msg& dm) {
+      // A role actor whose middleware threw comes back with a fresh
+      // context (--dice.max-restarts); the peers keep their connections.
+      if (dm.source == sup.current().address() && sup.restart(*sys_, dm.reason))
+        self->monitor(sup.current());
+      else if (dm.source == sup.current().address())
+        down = true;
     },
     caf::after(opts.deadline) >>
       [&] {
         timed_out = true;
       });
   if (timed_out) {
-    self->send_exit(member, caf::exit_reason::user_shutdown);
+    self->send_exit(sup.current(), caf::exit_reason::user_shutdown);
     return make_error(errc::timeout,
                       "node " + std::to_string(cfg_.id)
                         + " did not finish before its deadline");

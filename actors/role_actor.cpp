@@ -177,6 +177,7 @@ void role_state::init(role_config config, pipeline p) {
     cfg.epoch = random_epoch();
   rep.node = cfg.node;
   rep.roles = cfg.roles;
+  rep.restarts = cfg.restarts;
   started = !cfg.wait_for_start;
   for (auto& stage : pipe.stages())
     if (stage.attach)
@@ -242,6 +243,23 @@ void role_state::init(role_config config, pipeline p) {
       });
 }
 
+void role_state::on_middleware_error(const std::string& what) {
+  if (cfg.restarts_left > 0 && !finishing) {
+    // Like a crashed process: no finish, no done, no stop hooks; the bus
+    // drops this member when it goes down, and the supervisor starts a new
+    // incarnation (fresh context, new epoch) that joins again.
+    log::error(cfg.node,
+               what + "; restarting the role actor ("
+                 + std::to_string(cfg.restarts_left) + " restart(s) left)");
+    quitted = true;
+    pending.reset();
+    self->quit(make_error(errc::user_exception, what));
+    return;
+  }
+  log::error(cfg.node, what);
+  on_finish(finish{cfg.node, "error: " + what, true}, true);
+}
+
 void role_state::maybe_start() {
   if (joined && started && !running && !finishing) {
     running = true;
@@ -271,9 +289,9 @@ void role_state::advance() {
         stages[i].after(ctx);
   } catch (const std::exception& e) {
     auto name = cursor < stages.size() ? stages[cursor].name : "pipeline";
-    auto what = "middleware '" + name + "' threw: " + e.what();
-    log::error(cfg.node, what);
-    on_finish(finish{cfg.node, "error: " + what, true}, true);
+    on_middleware_error("middleware '" + name + "' threw: " + e.what());
+    if (quitted)
+      return;
   }
   end_iteration();
 }
@@ -314,11 +332,10 @@ void role_state::resume(wait_outcome outcome) {
     if (next && !arm(std::move(*next)))
       return;
   } catch (const std::exception& e) {
-    auto what = "middleware '" + pipe.stages()[cursor].name
-      + "' threw: " + e.what();
-    log::error(cfg.node, what);
-    on_finish(finish{cfg.node, "error: " + what, true}, true);
-    end_iteration();
+    on_middleware_error("middleware '" + pipe.stages()[cursor].name
+                        + "' threw: " + e.what());
+    if (!quitted)
+      end_iteration();
     return;
   }
   ++cursor;

@@ -20,6 +20,7 @@ std::string to_json(const node_report& x) {
   j["models_sent"] = x.models_sent;
   j["models_dropped"] = x.models_dropped;
   j["timeouts"] = x.timeouts;
+  j["restarts"] = x.restarts;
   j["stop_reason"] = x.stop_reason;
   return j.dump();
 }

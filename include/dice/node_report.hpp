@@ -40,6 +40,10 @@ struct node_report {
   std::int64_t models_dropped = 0;
   /// Waits that ended by their deadline.
   std::int64_t timeouts = 0;
+  /// Times this node was started again after a failure: its role actor
+  /// after a middleware threw (--dice.max-restarts), plus its process by
+  /// dice-launch --max-restarts (DICE_RESTART_COUNT).
+  std::int64_t restarts = 0;
   /// Why the node stopped ("max_step", "finish from node 3", ...).
   std::string stop_reason;
 };
@@ -50,7 +54,7 @@ typename Inspector::result_type inspect(Inspector& f, node_report& x) {
            x.total_step, x.iterations, x.env_step, x.env_episode, x.train_iter,
            x.model_version, x.trajectories_received, x.deltas_received,
            x.models_loaded, x.models_sent, x.models_dropped, x.timeouts,
-           x.stop_reason);
+           x.restarts, x.stop_reason);
 }
 
 /// The report as one JSON object on one line.

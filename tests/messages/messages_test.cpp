@@ -280,6 +280,7 @@ TEST_F(Messages, NodeReportRoundTrips) {
   x.models_sent = 10;
   x.models_dropped = 2;
   x.timeouts = 1;
+  x.restarts = 3;
   x.stop_reason = "max_step";
   auto y = load<dice::node_report>(save(x));
   ASSERT_TRUE(y) << sys.render(y.error());

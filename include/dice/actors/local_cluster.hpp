@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 namespace dice {
@@ -26,6 +27,10 @@ struct local_node {
   /// Iterations of this node; -1 takes `local_run_options::max_step`, 0 runs
   /// until another node finishes the run.
   std::int64_t max_step = -1;
+  /// Builds the pipeline of a restarted incarnation (DI-engine re-runs
+  /// `main`); empty: a restart reuses `pipe` with the state its middleware
+  /// kept.
+  std::function<pipeline()> rebuild = nullptr;
 };
 
 /// Options of an in-process run.
@@ -36,6 +41,11 @@ struct local_run_options {
   bool print_reports = true;
   /// Give up (and stop every node) after this long.
   caf::timespan deadline = std::chrono::minutes{30};
+  /// Per node: a role actor whose middleware throws is started again on
+  /// the same bus with a fresh context this many times (node_report::
+  /// restarts); the next exception ends the run as an error
+  /// (--dice.max-restarts).
+  std::int64_t max_restarts = 0;
 };
 
 /// Runs every node as a role actor in `sys` on one bus: joins them all

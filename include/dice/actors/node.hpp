@@ -14,6 +14,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -125,6 +126,12 @@ struct node_config {
   std::string secret;
   /// TLS certificate, key and CA (all empty: plain TCP).
   tls_files tls;
+  /// Restarts of the role actor after a middleware threw
+  /// (--dice.max-restarts; run_local takes it as local_run_options).
+  std::int64_t max_restarts = 0;
+  /// Restarts of this process so far: dice-launch --max-restarts sets
+  /// DICE_RESTART_COUNT for a node it started again (0: first start).
+  std::int64_t restart_count = 0;
 };
 
 /// An actor system config with the node settings as options (group
@@ -171,6 +178,8 @@ class node_system_config : public caf::actor_system_config {
   /// dice.deterministic: run the embedded (one-process) mode on one thread
   /// in a fixed order with a virtual clock, so a seeded run is reproducible.
   bool deterministic = false;
+  /// dice.max-restarts: restarts of a role actor whose middleware threw.
+  std::int64_t max_restarts = 0;
 };
 
 /// Builds the node settings from the options and, when dice.node-id is not
@@ -187,6 +196,12 @@ struct node_run_options {
   bool print_report = true;
   /// Give up after this long.
   caf::timespan deadline = std::chrono::minutes{30};
+  /// Restarts of the role actor after a middleware threw (-1: the node's
+  /// `max_restarts`, i.e. --dice.max-restarts).
+  std::int64_t max_restarts = -1;
+  /// Builds the pipeline of a restarted role actor; empty: the pipeline
+  /// given to `run` is reused with the state its middleware kept.
+  std::function<pipeline()> rebuild;
 };
 
 /// One node of a cluster: its bus, published through the middleman and

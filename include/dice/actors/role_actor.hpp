@@ -69,6 +69,13 @@ struct role_config {
   caf::timespan drain_timeout = std::chrono::seconds{10};
   /// Longest wait for one load a middleware started (node_services::load).
   caf::timespan load_timeout = std::chrono::seconds{30};
+  /// Restarts still allowed: while positive, a middleware that throws makes
+  /// the actor quit with `errc::user_exception` (no finish, no report) so
+  /// that its supervisor (run_local, node::run) starts it again; at 0 the
+  /// exception ends the run as an error finish.
+  std::int64_t restarts_left = 0;
+  /// Restarts before this incarnation (node_report::restarts).
+  std::int64_t restarts = 0;
 };
 
 /// State of a role actor; implements the services middleware sees.
@@ -153,6 +160,10 @@ struct role_state : node_services {
 
   /// Starts iterating once joined and started.
   void maybe_start();
+
+  /// A middleware threw `what`: quit for a restart while restarts are
+  /// left, else end the run with an error finish.
+  void on_middleware_error(const std::string& what);
 
   // -- member variables -------------------------------------------------------
 
