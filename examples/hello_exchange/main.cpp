@@ -30,6 +30,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <functional>
 #include <random>
 #include <vector>
 
@@ -96,6 +97,20 @@ dice::middleware collect(mlp net, std::uint32_t node, bool trace = false) {
     ctx.trajectories = {dice::pack(items, node, ctx.model_version)};
     ctx.trajectory_end_idx = {steps_per_iteration - 1};
     return dice::proceed;
+  };
+  return m;
+}
+
+/// First in a collector's pipeline, so its after-part runs once the context
+/// exchanger handed this iteration's delta to the bus: tests count what a
+/// collector killed later had published.
+dice::middleware published_trace(std::uint32_t node) {
+  dice::middleware m;
+  m.name = "published_trace";
+  m.after = [node](dice::context& ctx) {
+    dice::log::info(node,
+                    "published iteration " + std::to_string(ctx.total_step)
+                      + " env_step " + std::to_string(ctx.env_step));
   };
   return m;
 }
@@ -189,24 +204,32 @@ int run_node(caf::actor_system& sys, const config& cfg,
   }
   auto id = node->id();
   auto roles = node->roles();
+  // The node's "main": a role actor started again after a middleware threw
+  // (--dice.max-restarts) gets fresh middleware around the same model.
   mlp net;
-  dice::pipeline p;
-  // A restarted learner greets collectors that wait for its model.
-  if (roles.has(dice::role::learner))
-    p.use(dice::learner_hello(dice::model_port_of(net.ptr())));
-  p.use(dice::context_exchanger(context_options(sys, cfg, id)))
-    .use(dice::model_exchanger(dice::model_port_of(net.ptr())));
-  if (roles.has(dice::role::learner))
-    p.use(train(net, id, cfg.trace));
-  else if (roles.has(dice::role::collector))
-    p.use(collect(net, id, cfg.trace));
-  else
-    p.use(dice::void_middleware("evaluate"));
+  auto make = [&sys, &cfg, net, id, roles] {
+    dice::pipeline p;
+    // A restarted learner greets collectors that wait for its model.
+    if (roles.has(dice::role::learner))
+      p.use(dice::learner_hello(dice::model_port_of(net.ptr())));
+    if (cfg.trace && roles.has(dice::role::collector))
+      p.use(published_trace(id));
+    p.use(dice::context_exchanger(context_options(sys, cfg, id)))
+      .use(dice::model_exchanger(dice::model_port_of(net.ptr())));
+    if (roles.has(dice::role::learner))
+      p.use(train(net, id, cfg.trace));
+    else if (roles.has(dice::role::collector))
+      p.use(collect(net, id, cfg.trace));
+    else
+      p.use(dice::void_middleware("evaluate"));
+    return p;
+  };
   dice::node_run_options opts;
   opts.max_step = roles.has(dice::role::learner) ? cfg.steps
     : roles.has(dice::role::collector)           ? cfg.collector_steps
                                                  : 0;
-  auto rep = node->run(std::move(p), opts);
+  opts.rebuild = make;
+  auto rep = node->run(make(), opts);
   node->stop();
   if (!rep) {
     dice::log::error(id, "run failed: " + dice::render(rep.error()));
@@ -235,25 +258,37 @@ int caf_main(caf::actor_system& sys, const config& cfg) {
     return run_node(sys, cfg, *ncfg);
   std::vector<dice::local_node> nodes;
   // Every node runs the same two exchangers plus its own work.
+  // `work` makes a node's own middleware; a restarted node
+  // (--dice.max-restarts) gets a fresh pipeline around the same model.
   auto add = [&](std::uint32_t id, dice::role r, mlp net,
-                 dice::middleware work) {
-    dice::pipeline p;
-    p.use(dice::context_exchanger(context_options(sys, cfg, id)))
-      .use(dice::model_exchanger(dice::model_port_of(net.ptr())))
-      .use(std::move(work));
+                 std::function<dice::middleware()> work) {
+    auto make = [&sys, &cfg, id, net, work] {
+      dice::pipeline p;
+      p.use(dice::context_exchanger(context_options(sys, cfg, id)))
+        .use(dice::model_exchanger(dice::model_port_of(net.ptr())))
+        .use(work());
+      return p;
+    };
     // The learner sets the pace: it runs --steps iterations and its finish
     // ends the others (which wait for its model and train_iter).
     auto max_step = r == dice::role::learner ? cfg.steps : 0;
-    nodes.push_back(dice::local_node{id, {r}, std::move(p), max_step});
+    nodes.push_back(dice::local_node{id, {r}, make(), max_step, make});
   };
   mlp learner_net;
-  add(0, dice::role::learner, learner_net, train(learner_net, 0));
-  add(1, dice::role::evaluator, mlp{}, dice::void_middleware("evaluate"));
+  add(0, dice::role::learner, learner_net, [learner_net] {
+    return train(learner_net, 0);
+  });
+  add(1, dice::role::evaluator, mlp{}, [] {
+    return dice::void_middleware("evaluate");
+  });
   for (std::uint32_t i = 0; i < cfg.collectors; ++i) {
     mlp net;
-    add(2 + i, dice::role::collector, net, collect(net, 2 + i));
+    add(2 + i, dice::role::collector, net, [net, i] {
+      return collect(net, 2 + i);
+    });
   }
   dice::local_run_options opts;
+  opts.max_restarts = ncfg->max_restarts;
   auto reports = dice::run_local(sys, std::move(nodes), opts);
   if (!reports) {
     dice::log::error(0, "run failed: " + dice::render(reports.error()));
