@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <stdexcept>
 
 namespace dqn {
@@ -79,6 +80,68 @@ void replay_buffer::add(const transition_batch& xs) {
     if (size_ < capacity_)
       ++size_;
   }
+}
+
+namespace {
+
+// A host vector as a tensor that owns a copy (archives keep tensors).
+template <class T>
+torch::Tensor as_tensor(const std::vector<T>& xs, torch::Dtype dtype) {
+  return torch::from_blob(const_cast<T*>(xs.data()),
+                          {static_cast<std::int64_t>(xs.size())}, dtype)
+    .clone();
+}
+
+template <class T>
+void from_tensor(torch::serialize::InputArchive& ar, const std::string& key,
+                 std::vector<T>& xs) {
+  torch::Tensor t;
+  ar.read(key, t);
+  if (t.numel() != static_cast<std::int64_t>(xs.size())
+      || t.element_size() != static_cast<std::int64_t>(sizeof(T)))
+    throw std::runtime_error("replay state '" + key
+                             + "' does not fit the buffer (other "
+                               "--buffer-size?)");
+  t = t.contiguous();
+  std::memcpy(xs.data(), t.data_ptr(), xs.size() * sizeof(T));
+}
+
+} // namespace
+
+void replay_buffer::save(torch::serialize::OutputArchive& ar) const {
+  ar.write("replay.capacity",
+           torch::tensor(static_cast<std::int64_t>(capacity_)));
+  ar.write("replay.size", torch::tensor(static_cast<std::int64_t>(size_)));
+  ar.write("replay.next", torch::tensor(static_cast<std::int64_t>(next_)));
+  ar.write("replay.obs", as_tensor(obs_, torch::kFloat));
+  ar.write("replay.next_obs", as_tensor(next_obs_, torch::kFloat));
+  ar.write("replay.reward", as_tensor(reward_, torch::kFloat));
+  ar.write("replay.discount", as_tensor(discount_, torch::kFloat));
+  ar.write("replay.action", as_tensor(action_, torch::kLong));
+}
+
+void replay_buffer::load(torch::serialize::InputArchive& ar) {
+  torch::Tensor cap, size, next;
+  ar.read("replay.capacity", cap);
+  ar.read("replay.size", size);
+  ar.read("replay.next", next);
+  if (cap.item<std::int64_t>() != static_cast<std::int64_t>(capacity_))
+    throw std::runtime_error(
+      "replay state holds " + std::to_string(cap.item<std::int64_t>())
+      + " slots, this buffer " + std::to_string(capacity_)
+      + " (other --buffer-size?)");
+  auto n = size.item<std::int64_t>();
+  auto at = next.item<std::int64_t>();
+  if (n < 0 || at < 0 || static_cast<std::size_t>(n) > capacity_
+      || static_cast<std::size_t>(at) >= std::max<std::size_t>(capacity_, 1))
+    throw std::runtime_error("replay state: bad size or position");
+  from_tensor(ar, "replay.obs", obs_);
+  from_tensor(ar, "replay.next_obs", next_obs_);
+  from_tensor(ar, "replay.reward", reward_);
+  from_tensor(ar, "replay.discount", discount_);
+  from_tensor(ar, "replay.action", action_);
+  size_ = static_cast<std::size_t>(n);
+  next_ = static_cast<std::size_t>(at);
 }
 
 sample_batch replay_buffer::sample(std::int64_t n) {
@@ -249,6 +312,49 @@ float dqn_learner::update_on(const sample_batch& b) {
 }
 
 // -- checkpoints --------------------------------------------------------------
+
+void dqn_learner::save_state(const std::string& path) {
+  torch::serialize::OutputArchive ar;
+  torch::serialize::OutputArchive target;
+  target_->save(target);
+  ar.write("target", target);
+  torch::serialize::OutputArchive adam;
+  opt_.save(adam);
+  ar.write("adam", adam);
+  ar.write("updates", torch::tensor(updates_));
+  buffer_.save(ar);
+  auto tmp = path + ".tmp";
+  ar.save_to(tmp);
+  if (std::rename(tmp.c_str(), path.c_str()) != 0)
+    throw std::runtime_error("cannot rename " + tmp + " to " + path);
+}
+
+void dqn_learner::load_state(const std::string& path) {
+  torch::serialize::InputArchive ar;
+  ar.load_from(path);
+  // Into scratch copies first: a file that does not fit changes nothing.
+  q_network target{cfg_.hidden};
+  torch::serialize::InputArchive target_ar;
+  ar.read("target", target_ar);
+  target->load(target_ar);
+  for (auto& kvp : target->named_parameters(true)) {
+    auto* dst = target_->named_parameters(true).find(kvp.key());
+    if (dst == nullptr || dst->sizes() != kvp.value().sizes())
+      throw std::runtime_error(path + ": target tensor '" + kvp.key()
+                               + "' does not fit (wrong --hidden?)");
+  }
+  replay_buffer buffer{cfg_.buffer_size, 0};
+  buffer.load(ar);
+  torch::Tensor updates;
+  ar.read("updates", updates);
+  torch::serialize::InputArchive adam;
+  ar.read("adam", adam);
+  opt_.load(adam);
+  hard_update(*target_, *target);
+  // The sampling RNG keeps this run's seed; only the contents move over.
+  buffer_.restore_from(std::move(buffer));
+  updates_ = updates.item<std::int64_t>();
+}
 
 void save_checkpoint(q_network& net, const std::string& path) {
   auto tmp = path + ".tmp";

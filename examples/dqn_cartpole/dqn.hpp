@@ -102,6 +102,25 @@ class replay_buffer {
   /// Draws `n` transitions uniformly with replacement.
   sample_batch sample(std::int64_t n);
 
+  /// Writes the held transitions and the ring position (not the sampling
+  /// RNG) to `ar`.
+  void save(torch::serialize::OutputArchive& ar) const;
+
+  /// Restores what `save` wrote; throws if it does not fit the capacity.
+  void load(torch::serialize::InputArchive& ar);
+
+  /// Takes the transitions and ring position of `other` (same capacity),
+  /// keeping this buffer's sampling RNG.
+  void restore_from(replay_buffer&& other) {
+    size_ = other.size_;
+    next_ = other.next_;
+    obs_ = std::move(other.obs_);
+    reward_ = std::move(other.reward_);
+    next_obs_ = std::move(other.next_obs_);
+    discount_ = std::move(other.discount_);
+    action_ = std::move(other.action_);
+  }
+
  private:
   std::size_t capacity_;
   std::size_t size_ = 0;
@@ -194,6 +213,14 @@ class dqn_learner {
   q_network& target() noexcept {
     return target_;
   }
+
+  /// Writes the target network, Adam's moments, the gradient step count
+  /// and the replay buffer to `path` atomically (the online network is
+  /// latest.pt's job).
+  void save_state(const std::string& path);
+
+  /// Restores what `save_state` wrote; throws on a missing or unfit file.
+  void load_state(const std::string& path);
 
  private:
   dqn_config cfg_;

@@ -72,6 +72,8 @@ struct config : dice::node_system_config {
            "iterations a model may serve with --periodical (4)")
       .add(run.out, "out", "output folder (runs/dqn_cartpole)")
       .add(run.resume, "resume", "continue from OUT/latest.pt")
+      .add(run.checkpoint_every, "checkpoint-every",
+           "seconds between the learner's checkpoints (10)")
       .add(eval_only, "eval-only", "run greedy episodes with this checkpoint")
       .add(threads, "threads", "LibTorch intra-op threads (1)")
       .add(run.eval_every, "eval-every",

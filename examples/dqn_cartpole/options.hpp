@@ -83,6 +83,9 @@ struct run_options {
   std::string out = "runs/dqn_cartpole";
   /// Start from OUT/latest.pt.
   bool resume = false;
+  /// Seconds between the learner's checkpoints (latest.pt, learner.pt,
+  /// latest.json); it also writes one when it stops.
+  double checkpoint_every = 10;
   /// Evaluate every this many learner gradient steps (ctx.train_iter).
   std::int64_t eval_every = 100;
   /// Greedy episodes per evaluation.

@@ -90,6 +90,7 @@ struct shared_run {
   // Starting point of a resumed run.
   std::int64_t resume_env_step = 0;
   std::int64_t resume_train_iter = 0;
+  std::int64_t resume_env_episode = 0;
   // Progress line on a terminal: log lines clear it first.
   bool tty = false;
   std::string progress_line;
@@ -247,21 +248,64 @@ dice::middleware train_step(std::shared_ptr<shared_run> run, q_network net,
       : run(std::move(r)),
         learner(std::move(n), run->opts.algo, run->opts.seed * 31 + 17),
         node(id) {
-      // nop
+      if (run->opts.resume)
+        restore();
     }
 
-    void save(const dice::context& ctx) {
+    // A resumed or restarted learner takes back its replay buffer, target
+    // network and Adam state (latest.pt already gave the weights).
+    void restore() {
+      auto path = path_in(run->opts, "learner.pt");
+      if (!std::filesystem::exists(path)) {
+        dice::log::warning(node,
+                           "no " + path
+                             + ": resuming without replay state (empty "
+                               "buffer, target = weights, fresh Adam)");
+        return;
+      }
       try {
-        save_checkpoint(learner.online(), path_in(run->opts, "latest.pt"));
-        std::ofstream f{path_in(run->opts, "latest.json")};
-        f << json_line{}
-               .add("env_step", ctx.env_step)
-               .add("train_iter", ctx.train_iter)
-               .str()
-          << '\n';
+        learner.load_state(path);
+        dice::log::info(node,
+                        "resumed learner state from " + path + ": replay "
+                          + std::to_string(learner.buffer().size())
+                          + " transitions, " + std::to_string(learner.updates())
+                          + " gradient steps, target and Adam");
       } catch (const std::exception& e) {
         dice::log::error(node,
-                         std::string{"cannot write latest.pt: "} + e.what());
+                         "cannot resume from " + path + " (" + e.what()
+                           + "): empty replay buffer, fresh target "
+                             "and Adam");
+      }
+    }
+
+    // Order: learner.pt, latest.pt, then latest.json (the counters), each
+    // renamed into place; a kill between them leaves counters that are at
+    // most one checkpoint older than the weights.
+    void save(const dice::context& ctx) {
+      try {
+        learner.save_state(path_in(run->opts, "learner.pt"));
+        save_checkpoint(learner.online(), path_in(run->opts, "latest.pt"));
+        auto json = path_in(run->opts, "latest.json");
+        {
+          std::ofstream f{json + ".tmp"};
+          f << json_line{}
+                 .add("env_step", ctx.env_step)
+                 .add("train_iter", ctx.train_iter)
+                 .add("env_episode", ctx.env_episode)
+                 .add("replay",
+                      static_cast<std::int64_t>(learner.buffer().size()))
+                 .str()
+            << '\n';
+        }
+        std::filesystem::rename(json + ".tmp", json);
+        dice::log::info(node,
+                        "checkpoint at env_step " + std::to_string(ctx.env_step)
+                          + ", train_iter " + std::to_string(ctx.train_iter)
+                          + ", replay "
+                          + std::to_string(learner.buffer().size()));
+      } catch (const std::exception& e) {
+        dice::log::error(
+          node, std::string{"cannot write the checkpoint: "} + e.what());
       }
     }
 
@@ -327,6 +371,12 @@ dice::middleware train_step(std::shared_ptr<shared_run> run, q_network net,
     if (ctx.total_step == 0) {
       ctx.train_iter = run.resume_train_iter;
       ctx.env_step += run.resume_env_step;
+      ctx.env_episode += run.resume_env_episode;
+      // Scripts time a restarted learner by this line.
+      dice::log::info(st->node,
+                      "learner iterating from env_step "
+                        + std::to_string(ctx.env_step) + ", train_iter "
+                        + std::to_string(ctx.train_iter));
     }
     auto batches = dice::unpack<transition_batch>(ctx.trajectories);
     if (!batches) {
@@ -366,7 +416,8 @@ dice::middleware train_step(std::shared_ptr<shared_run> run, q_network net,
       ctx.train_iter += n;
     }
     st->report(ctx, false);
-    if (clock_type::now() - st->last_save >= std::chrono::seconds{10}) {
+    if (clock_type::now() - st->last_save
+        >= std::chrono::duration<double>(run.opts.checkpoint_every)) {
       st->last_save = clock_type::now();
       st->save(ctx);
     }
@@ -557,10 +608,9 @@ q_network make_net(const run_options& opts, const std::string& resume_from) {
 /// `metrics_name`; returns the checkpoint to start from ("" for none). A
 /// resumed run needs OUT/latest.pt only where `need_checkpoint` (the
 /// learner): other nodes of a cluster get the learner's model anyway.
-caf::expected<std::string> open_outputs(shared_run& run,
-                                        const std::string& metrics_name,
-                                        bool need_checkpoint,
-                                        std::uint32_t node) {
+caf::expected<std::string>
+open_outputs(shared_run& run, const std::string& metrics_name,
+             bool need_checkpoint, std::uint32_t node, bool restarted = false) {
   auto& opts = run.opts;
   std::error_code ec;
   std::filesystem::create_directories(opts.out, ec);
@@ -580,11 +630,15 @@ caf::expected<std::string> open_outputs(shared_run& run,
     std::string text{std::istreambuf_iterator<char>{f}, {}};
     long long env_step = 0;
     long long train_iter = 0;
-    if (std::sscanf(text.c_str(), "{\"env_step\": %lld, \"train_iter\": %lld}",
-                    &env_step, &train_iter)
-        == 2) {
+    long long env_episode = 0;
+    if (std::sscanf(text.c_str(),
+                    "{\"env_step\": %lld, \"train_iter\": %lld, "
+                    "\"env_episode\": %lld",
+                    &env_step, &train_iter, &env_episode)
+        >= 2) {
       run.resume_env_step = env_step;
       run.resume_train_iter = train_iter;
+      run.resume_env_episode = env_episode;
     }
     // best.pt is only replaced by a model that beats the one it holds.
     std::ifstream bf{path_in(opts, "best.json")};
@@ -597,10 +651,11 @@ caf::expected<std::string> open_outputs(shared_run& run,
                       + (resume_from.empty() ? std::string{"the learner"}
                                              : resume_from)
                       + " (env_step " + std::to_string(env_step)
-                      + ", train_iter " + std::to_string(train_iter) + ")");
+                      + ", train_iter " + std::to_string(train_iter)
+                      + ", env_episode " + std::to_string(env_episode) + ")");
   }
   run.metrics.open(path_in(opts, metrics_name),
-                   opts.resume ? std::ios::app : std::ios::trunc);
+                   opts.resume || restarted ? std::ios::app : std::ios::trunc);
   if (!run.metrics)
     return dice::make_error(dice::errc::invalid_config,
                             "cannot write " + path_in(opts, metrics_name));
@@ -804,8 +859,26 @@ caf::expected<run_summary> run_node(caf::actor_system& sys,
   // the stop value still ends the run.
   bool evaluates = role == dice::role::evaluator
     || (role == dice::role::learner && cfg.workers == 2);
+  // A learner that dice-launch started again resumes from its last
+  // checkpoint (no --resume needed); other nodes get its model anyway.
+  if (cfg.restart_count > 0 && role == dice::role::learner && !opts.resume) {
+    if (std::filesystem::exists(path_in(opts, "latest.pt"))) {
+      run->opts.resume = true;
+      dice::log::info(id,
+                      "restart " + std::to_string(cfg.restart_count)
+                        + ": resuming from the last checkpoint");
+    } else {
+      dice::log::warning(id,
+                         "restart " + std::to_string(cfg.restart_count)
+                           + ": no checkpoint in " + opts.out
+                           + ", so this learner starts without one: "
+                             "fresh weights, train_iter 0, env_step 0, "
+                             "env_episode 0, empty replay buffer");
+    }
+  }
   auto resume = open_outputs(*run, "metrics-" + std::to_string(id) + ".jsonl",
-                             role == dice::role::learner, id);
+                             role == dice::role::learner, id,
+                             cfg.restart_count > 0);
   if (!resume)
     return resume.error();
   auto node = dice::node::start(sys, cfg);
