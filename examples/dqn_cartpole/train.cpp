@@ -923,6 +923,13 @@ caf::expected<run_summary> run_node(caf::actor_system& sys,
                     + ", seed " + std::to_string(opts.seed) + ", out "
                     + opts.out);
   dice::node_run_options nro;
+  // The learner's state lives in its middleware: a fresh role actor would
+  // start it over. Its process is what dice-launch --max-restarts restarts.
+  nro.max_restarts = 0;
+  if (cfg.max_restarts > 0)
+    dice::log::warning(id,
+                       "dqn_cartpole ignores --dice.max-restarts; use "
+                       "dice-launch --max-restarts to restart its nodes");
   if (opts.max_seconds > 0)
     nro.deadline = std::chrono::duration_cast<caf::timespan>(
       std::chrono::duration<double>(opts.max_seconds + 120));

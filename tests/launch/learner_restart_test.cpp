@@ -126,4 +126,35 @@ TEST(LearnerSupervision, KilledLearnerResumesFromItsCheckpointAndTheRunEnds) {
   fs::remove_all(out);
 }
 
+TEST(LearnerSupervision, RestartedLearnerWithoutACheckpointSaysWhatItLacks) {
+  auto out = fs::temp_directory_path()
+    / ("dice-learner-no-checkpoint-" + std::to_string(::getpid()));
+  fs::remove_all(out);
+  // Two nodes (the learner evaluates, once); no checkpoint before the kill.
+  process p{{bin_dir + "dice-launch", "--workers", "2", "--max-restarts", "1",
+             "--restart-backoff", "0.1", "--", bin_dir + "dqn_cartpole",
+             "--out=" + out.string(), "--seed=1", "--envs-per-collector=2",
+             "--max-env-steps=2000", "--stop-value=1000000",
+             "--checkpoint-every=1000000", "--eval-every=1000000000",
+             "--eval-episodes=1", "--quiet", "--no-plot"}};
+  std::smatch m;
+  ASSERT_TRUE(p.wait_for(std::regex{"node 0 started, pid ([0-9]+)"}, 30s, &m))
+    << p.text();
+  auto pid = static_cast<pid_t>(std::stol(m[1]));
+  ASSERT_TRUE(
+    p.wait_for(std::regex{"^\\[node 0\\] .*learner iterating from"}, 60s))
+    << p.text();
+  ASSERT_EQ(::kill(pid, SIGKILL), 0);
+  ASSERT_TRUE(p.wait_for(
+    std::regex{"^\\[node 0\\] .*restart 1: no checkpoint in .*, so this "
+               "learner starts without one: fresh weights, train_iter 0, "
+               "env_step 0, env_episode 0, empty replay buffer"},
+    60s))
+    << p.text();
+  auto rc = p.wait_exit(180s);
+  ASSERT_TRUE(rc) << "the run did not end\n" << p.text();
+  EXPECT_EQ(*rc, 0) << p.text();
+  fs::remove_all(out);
+}
+
 } // namespace
