@@ -46,11 +46,11 @@ model_snapshot make_snapshot(std::size_t nbytes, std::int64_t version,
 
 // -- checksum -----------------------------------------------------------------
 
-TEST(Checksum64, MatchesXxh64ReferenceValues) {
-  // Reference values of XXH64 with seed 0.
-  EXPECT_EQ(dice::checksum64("", 0), 0xEF46DB3751D8E999ULL);
-  EXPECT_EQ(dice::checksum64("a", 1), 0xD24EC4F1A98C6E5BULL);
-  EXPECT_EQ(dice::checksum64("abc", 3), 0x44BC2CF5AD770999ULL);
+TEST(Checksum64, MatchesXxh3ReferenceValues) {
+  // Reference values of XXH3-64 with seed 0 (xxhsum -H3).
+  EXPECT_EQ(dice::checksum64("", 0), 0x2D06800538D394C2ULL);
+  EXPECT_EQ(dice::checksum64("a", 1), 0xE6C632B61E964E1FULL);
+  EXPECT_EQ(dice::checksum64("abc", 3), 0x78AF5F94892F3950ULL);
 }
 
 TEST(Checksum64, DetectsAFlippedBit) {
@@ -62,19 +62,26 @@ TEST(Checksum64, DetectsAFlippedBit) {
 }
 
 TEST(Checksum64, StreamedAndCopiedFormsMatchOneCall) {
-  // Lengths around the 32-byte stripes and the 32 KiB copy blocks.
-  for (std::size_t n : {0u, 1u, 31u, 32u, 33u, 100u, 32768u, 70001u}) {
-    std::vector<std::uint8_t> xs(n);
-    std::iota(xs.begin(), xs.end(), 3);
-    auto expected = dice::checksum64(xs.data(), n, 77);
-    std::vector<std::uint8_t> out(n);
-    EXPECT_EQ(dice::copy_checksum64(out.data(), xs.data(), n, 77), expected);
-    EXPECT_EQ(out, xs);
-    for (std::size_t piece : {1u, 7u, 32u, 1000u}) {
-      dice::checksum64_stream sum{77};
-      for (std::size_t i = 0; i < n; i += piece)
-        sum.update(xs.data() + i, std::min(piece, n - i));
-      EXPECT_EQ(sum.digest(), expected) << n << " bytes in pieces of " << piece;
+  // Lengths around XXH3's size classes (16, 128, 240), its 64-byte stripes,
+  // 256-byte stream buffer and 1 KiB blocks, and the 32 KiB copy blocks;
+  // seed 0 takes XXH3's default secret, others a derived one.
+  for (std::uint64_t seed : {0ull, 77ull}) {
+    for (std::size_t n : {0u, 1u, 16u, 17u, 128u, 129u, 240u, 241u, 256u, 257u,
+                          1024u, 1025u, 32768u, 32769u, 70001u}) {
+      std::vector<std::uint8_t> xs(n);
+      std::iota(xs.begin(), xs.end(), 3);
+      auto expected = dice::checksum64(xs.data(), n, seed);
+      std::vector<std::uint8_t> out(n);
+      EXPECT_EQ(dice::copy_checksum64(out.data(), xs.data(), n, seed),
+                expected);
+      EXPECT_EQ(out, xs);
+      for (std::size_t piece : {1u, 7u, 64u, 1000u}) {
+        dice::checksum64_stream sum{seed};
+        for (std::size_t i = 0; i < n; i += piece)
+          sum.update(xs.data() + i, std::min(piece, n - i));
+        EXPECT_EQ(sum.digest(), expected)
+          << n << " bytes in pieces of " << piece << ", seed " << seed;
+      }
     }
   }
 }

@@ -22,8 +22,8 @@ namespace dice {
 /// BASP messages of 8-16 MB keep the link fast and let small ones through).
 constexpr std::size_t default_chunk_bytes = std::size_t{8} << 20;
 
-/// A 64-bit checksum of `n` bytes (the XXH64 algorithm, ~10 GB/s): detects
-/// chunks that were corrupted or mixed up on their way.
+/// A 64-bit checksum of `n` bytes (XXH3-64 from libxxhash, faster than
+/// memcpy): detects chunks or stored items that were corrupted or mixed up.
 std::uint64_t checksum64(const void* data, std::size_t n,
                          std::uint64_t seed = 0) noexcept;
 
@@ -35,6 +35,7 @@ std::uint64_t copy_checksum64(void* dst, const void* src, std::size_t n,
 
 /// Streams bytes through checksum64 in pieces (their concatenation hashes
 /// as one call would), so a reader can hash each piece while it is in cache.
+/// Copyable; a copy continues independently.
 class checksum64_stream {
  public:
   /// Starts a checksum with `seed`.
@@ -47,11 +48,9 @@ class checksum64_stream {
   std::uint64_t digest() const noexcept;
 
  private:
-  std::uint64_t v_[4];
-  std::uint64_t seed_;
-  std::uint64_t total_ = 0;
-  std::uint8_t tail_[32];
-  std::size_t tail_len_ = 0;
+  // libxxhash's XXH3_state_t (576 bytes in 0.8, checked where it is used),
+  // inline so that a stream needs no allocation and xxhash.h stays private.
+  alignas(64) unsigned char state_[640];
 };
 
 /// A slice of a byte buffer: the sender refers to its snapshot's shared
