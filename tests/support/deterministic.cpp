@@ -14,8 +14,10 @@ test_config::test_config() {
 log_capture::log_capture() {
   prev_ = log::set_sink(
     [this](log::level lvl, std::uint32_t, const std::string& msg) {
-      if (lvl >= log::level::warning)
-        lines.push_back(std::string{log::to_string(lvl)} + ": " + msg);
+      if (lvl < log::level::warning)
+        return;
+      std::lock_guard<std::mutex> guard{mtx_};
+      lines.push_back(std::string{log::to_string(lvl)} + ": " + msg);
     });
 }
 
@@ -24,6 +26,7 @@ log_capture::~log_capture() {
 }
 
 std::size_t log_capture::count(const std::string& needle) const {
+  std::lock_guard<std::mutex> guard{mtx_};
   std::size_t n = 0;
   for (auto& line : lines)
     if (line.find(needle) != std::string::npos)

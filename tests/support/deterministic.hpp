@@ -19,6 +19,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -29,19 +30,22 @@ struct test_config : caf::actor_system_config {
   test_config();
 };
 
-/// Collects dice's log lines while a test runs.
+/// Collects dice's log lines while a test runs. Its sink may be called from
+/// several threads at once (dice holds no lock around sinks).
 class log_capture {
  public:
   log_capture();
   ~log_capture();
 
-  /// Lines at warning level or above, as "level: text".
+  /// Lines at warning level or above, as "level: text" (read it once the
+  /// actors that log are done).
   std::vector<std::string> lines;
 
   /// Number of lines containing `needle`.
   std::size_t count(const std::string& needle) const;
 
  private:
+  mutable std::mutex mtx_;
   log::sink prev_;
 };
 
