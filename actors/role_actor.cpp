@@ -210,6 +210,7 @@ void role_state::init(role_config config, pipeline p) {
     running = false;
     stopped = true;
     stop_reason = why;
+    rep.failed = true;
     quit_now();
   });
   // CAF's default error handler would stop the actor.
@@ -239,6 +240,7 @@ void role_state::init(role_config config, pipeline p) {
           rp.deliver(err);
         ready_waiters.clear();
         rep.stop_reason = "error: cannot join the bus";
+        rep.failed = true;
         stop(rep.stop_reason);
       });
 }
@@ -367,10 +369,12 @@ void role_state::on_finish(const finish& x, bool in_step) {
   if (finishing)
     return;
   finishing = true;
-  if (stop_reason.empty())
+  if (stop_reason.empty()) {
     stop_reason = x.sender == cfg.node
       ? x.reason
       : "finish from node " + std::to_string(x.sender) + " (" + x.reason + ")";
+    rep.failed = x.failed && x.sender == cfg.node;
+  }
   // This node's own finish goes to the bus from stop(), after the data of
   // its last iteration (and what its workers still store and publish).
   if (x.sender == cfg.node && !finish_sent)

@@ -21,6 +21,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <nlohmann/json.hpp>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -40,16 +41,50 @@ namespace {
 using clk = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
+// Options after the mode: --name value or --name=value.
+const char* const known_options[] = {"size",  "rounds",  "collectors", "obs",
+                                     "batch", "seconds", "chunk",      "window",
+                                     "port",  "node",    "mode"};
+
 std::string arg(int argc, char** argv, const std::string& name,
                 const std::string& fallback) {
-  for (int i = 1; i + 1 < argc; ++i)
-    if (argv[i] == "--" + name)
+  auto flag = "--" + name;
+  for (int i = 2; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == flag && i + 1 < argc)
       return argv[i + 1];
+    if (a.rfind(flag + "=", 0) == 0)
+      return a.substr(flag.size() + 1);
+  }
   return fallback;
+}
+
+/// "" if every option after the mode is known and has a value, else why not.
+std::string check_options(int argc, char** argv) {
+  for (int i = 2; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a.rfind("--", 0) != 0)
+      return "unexpected argument '" + a + "'";
+    auto eq = a.find('=');
+    auto name = a.substr(2,
+                         eq == std::string::npos ? std::string::npos : eq - 2);
+    if (std::find(std::begin(known_options), std::end(known_options), name)
+        == std::end(known_options))
+      return "unknown option '--" + name + "'";
+    if (eq == std::string::npos && ++i >= argc)
+      return "option '--" + name + "' needs a value";
+  }
+  return "";
 }
 
 long num(int argc, char** argv, const std::string& name, long fallback) {
   return std::stol(arg(argc, argv, name, std::to_string(fallback)));
+}
+
+/// The result: one JSON line on stdout (bench/run reads the last one).
+void print_json(const nlohmann::ordered_json& j) {
+  std::printf("%s\n", j.dump().c_str());
+  std::fflush(stdout);
 }
 
 double secs(clk::duration d) {
@@ -110,9 +145,10 @@ int tcp_main(long size, long rounds) {
   ::waitpid(pid, nullptr, 0);
   std::sort(times.begin(), times.end());
   auto med = times[times.size() / 2];
-  std::printf("{\"mode\":\"tcp\",\"size\":%ld,\"round_s\":%.6f,"
-              "\"bytes_per_s\":%.1f}\n",
-              size, med, size / med);
+  print_json({{"mode", "tcp"},
+              {"size", size},
+              {"round_s", med},
+              {"bytes_per_s", static_cast<double>(size) / med}});
   return 0;
 }
 
@@ -294,9 +330,11 @@ int snapshot_main(int argc, char** argv) {
   stop_all(pids);
   std::sort(times.begin(), times.end());
   auto med = times[times.size() / 2];
-  std::printf("{\"mode\":\"snapshot\",\"collectors\":%ld,\"size\":%ld,"
-              "\"round_s\":%.6f,\"bytes_per_s\":%.1f}\n",
-              n, size, med, static_cast<double>(size) * n / med);
+  print_json({{"mode", "snapshot"},
+              {"collectors", n},
+              {"size", size},
+              {"round_s", med},
+              {"bytes_per_s", static_cast<double>(size) * n / med}});
   self->send_exit(bus, caf::exit_reason::user_shutdown);
   return 0;
 }
@@ -363,9 +401,11 @@ int context_main(int argc, char** argv) {
       handle, caf::after(1s) >> [] {});
   auto dt = secs(clk::now() - t0);
   stop_all(pids);
-  std::printf("{\"mode\":\"context\",\"collectors\":%ld,\"obs\":%ld,"
-              "\"transitions_per_s\":%.1f,\"bytes_per_s\":%.1f}\n",
-              n, obs, transitions / dt, bytes / dt);
+  print_json({{"mode", "context"},
+              {"collectors", n},
+              {"obs", obs},
+              {"transitions_per_s", static_cast<double>(transitions) / dt},
+              {"bytes_per_s", static_cast<double>(bytes) / dt}});
   self->send_exit(bus, caf::exit_reason::user_shutdown);
   return 0;
 }
@@ -380,6 +420,14 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::string mode = argv[1];
+  if (auto why = check_options(argc, argv); !why.empty()) {
+    std::fprintf(stderr,
+                 "remote_bench: %s (known: --size --rounds "
+                 "--collectors --obs --batch --seconds --chunk "
+                 "--window)\n",
+                 why.c_str());
+    return 1;
+  }
   if (mode == "tcp")
     return tcp_main(num(argc, argv, "size", 6'800'000),
                     num(argc, argv, "rounds", 10));

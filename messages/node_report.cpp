@@ -5,7 +5,7 @@
 namespace dice {
 
 std::string to_json(const node_report& x) {
-  nlohmann::json j;
+  nlohmann::ordered_json j;
   j["node"] = x.node;
   j["role"] = to_string(x.roles);
   j["total_step"] = x.total_step;
@@ -22,7 +22,9 @@ std::string to_json(const node_report& x) {
   j["timeouts"] = x.timeouts;
   j["restarts"] = x.restarts;
   j["stop_reason"] = x.stop_reason;
-  return j.dump();
+  j["failed"] = x.failed;
+  return j.dump(-1, ' ', false,
+                nlohmann::ordered_json::error_handler_t::replace);
 }
 
 } // namespace dice

@@ -1,5 +1,7 @@
 #include "dice/trust.hpp"
 
+#include <nlohmann/json.hpp>
+
 #include <array>
 #include <atomic>
 
@@ -46,18 +48,12 @@ std::uint64_t counter(trust_event x) noexcept {
 }
 
 std::string trust_counters_json() {
-  std::string result = "{";
+  nlohmann::ordered_json j = nlohmann::ordered_json::object();
   for (std::size_t i = 0; i < trust_event_count; ++i) {
     auto x = static_cast<trust_event>(i);
-    if (i > 0)
-      result += ',';
-    result += '"';
-    result += to_string(x);
-    result += "\":";
-    result += std::to_string(counter(x));
+    j[to_string(x)] = counter(x);
   }
-  result += '}';
-  return result;
+  return j.dump();
 }
 
 } // namespace dice

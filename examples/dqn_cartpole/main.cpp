@@ -154,7 +154,7 @@ int caf_main(caf::actor_system& sys, const config& cfg) {
     return 1;
   }
   std::cout << dqn::to_string(*sum) << "outputs in " << opts.out << '\n';
-  return sum->stop_reason.rfind("error", 0) == 0 ? 1 : 0;
+  return sum->failed ? 1 : 0;
 }
 
 } // namespace

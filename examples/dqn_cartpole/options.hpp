@@ -138,6 +138,8 @@ struct run_summary {
   double lag_min = 0, lag_mean = 0, lag_max = 0;
   /// Why the run stopped.
   std::string stop_reason;
+  /// The run (in one process: any of its nodes) stopped on an error.
+  bool failed = false;
   /// Every evaluation in order.
   std::vector<eval_point> evals;
   /// Env steps and gradient steps a resumed run started from.
@@ -179,6 +181,9 @@ caf::expected<std::vector<double>> run_eval_only(const std::string& checkpoint,
 
 /// Sets LibTorch's intra-op threads (torch stays out of main.cpp).
 void set_threads(int n);
+
+/// The summary as one JSON object (OUT/summary.json).
+std::string summary_json(const run_summary& x);
 
 /// Human-readable summary (several lines).
 std::string to_string(const run_summary& x);

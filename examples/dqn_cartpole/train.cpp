@@ -17,6 +17,7 @@
 #include "cartpole.hpp"
 #include "dqn.hpp"
 #include "options.hpp"
+#include <nlohmann/json.hpp>
 #include <unistd.h>
 
 #include <atomic>
@@ -40,36 +41,14 @@ constexpr std::uint32_t learner_node = 0;
 constexpr std::uint32_t evaluator_node = 1;
 constexpr std::uint32_t first_collector_node = 2;
 
-/// A flat JSON object built field by field.
-class json_line {
- public:
-  json_line& add(const std::string& key, double x) {
-    std::ostringstream os;
-    if (std::isfinite(x))
-      os << std::setprecision(10) << x;
-    else
-      os << "null";
-    return raw(key, os.str());
-  }
-  json_line& add(const std::string& key, std::int64_t x) {
-    return raw(key, std::to_string(x));
-  }
-  json_line& add(const std::string& key, const std::string& x) {
-    return raw(key, "\"" + x + "\"");
-  }
-  std::string str() const {
-    return "{" + body_ + "}";
-  }
+/// JSON objects keep their fields in the order they were added.
+using json = nlohmann::ordered_json;
 
- private:
-  json_line& raw(const std::string& key, const std::string& value) {
-    if (!body_.empty())
-      body_ += ", ";
-    body_ += "\"" + key + "\": " + value;
-    return *this;
-  }
-  std::string body_;
-};
+/// One line of JSON: non-finite numbers as null, bytes that are not UTF-8
+/// replaced (an error text may carry a peer's bytes).
+std::string dump(const json& j) {
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
 
 /// What every node of one in-process run shares: the clock, the metrics
 /// file, the evaluation history and the progress line.
@@ -103,19 +82,10 @@ struct shared_run {
   }
 
   void write_metrics(std::uint32_t node, const std::string& role,
-                     json_line line) {
-    auto text = json_line{}
-                  .add("time", seconds())
-                  .add("node", static_cast<std::int64_t>(node))
-                  .add("role", role)
-                  .str();
-    auto body = line.str();
-    // Merge the two objects: drop "}" of the first and "{" of the second.
-    text.pop_back();
-    if (body.size() > 2)
-      text += ", " + body.substr(1);
-    else
-      text += "}";
+                     const json& fields) {
+    json line{{"time", seconds()}, {"node", node}, {"role", role}};
+    line.update(fields);
+    auto text = dump(line);
     std::lock_guard<std::mutex> guard{mtx};
     if (metrics)
       metrics << text << '\n' << std::flush;
@@ -127,6 +97,15 @@ struct shared_run {
                          : evals.back().mean;
   }
 };
+
+/// The JSON object in file `path` (empty if it is missing or unreadable).
+json read_json(const std::string& path) {
+  std::ifstream f{path};
+  if (!f)
+    return json::object();
+  auto j = json::parse(f, nullptr, false);
+  return j.is_object() ? j : json::object();
+}
 
 std::string path_in(const run_options& opts, const std::string& name) {
   return (std::filesystem::path{opts.out} / name).string();
@@ -209,13 +188,12 @@ dice::middleware collect_step(std::shared_ptr<shared_run> run, q_network net,
       }
       st->recent_returns.clear();
       st->run->write_metrics(st->node, "collector",
-                             json_line{}
-                               .add("env_step", ctx.env_step)
-                               .add("env_episode", ctx.env_episode)
-                               .add("train_return_mean", mean)
-                               .add("epsilon", eps)
-                               .add("model_version", ctx.model_version)
-                               .add("train_iter", ctx.train_iter));
+                             {{"env_step", ctx.env_step},
+                              {"env_episode", ctx.env_episode},
+                              {"train_return_mean", mean},
+                              {"epsilon", eps},
+                              {"model_version", ctx.model_version},
+                              {"train_iter", ctx.train_iter}});
     }
     return dice::proceed;
   };
@@ -285,19 +263,17 @@ dice::middleware train_step(std::shared_ptr<shared_run> run, q_network net,
       try {
         learner.save_state(path_in(run->opts, "learner.pt"));
         save_checkpoint(learner.online(), path_in(run->opts, "latest.pt"));
-        auto json = path_in(run->opts, "latest.json");
+        auto counters = path_in(run->opts, "latest.json");
         {
-          std::ofstream f{json + ".tmp"};
-          f << json_line{}
-                 .add("env_step", ctx.env_step)
-                 .add("train_iter", ctx.train_iter)
-                 .add("env_episode", ctx.env_episode)
-                 .add("replay",
-                      static_cast<std::int64_t>(learner.buffer().size()))
-                 .str()
+          std::ofstream f{counters + ".tmp"};
+          f << dump({{"env_step", ctx.env_step},
+                     {"train_iter", ctx.train_iter},
+                     {"env_episode", ctx.env_episode},
+                     {"replay",
+                      static_cast<std::int64_t>(learner.buffer().size())}})
             << '\n';
         }
-        std::filesystem::rename(json + ".tmp", json);
+        std::filesystem::rename(counters + ".tmp", counters);
         dice::log::info(node,
                         "checkpoint at env_step " + std::to_string(ctx.env_step)
                           + ", train_iter " + std::to_string(ctx.train_iter)
@@ -325,19 +301,17 @@ dice::middleware train_step(std::shared_ptr<shared_run> run, q_network net,
         ? window_lag_sum / window_lag_count
         : std::numeric_limits<double>::quiet_NaN();
       auto lag_lo = window_lag_count > 0 ? window_lag_min : 0;
-      run->write_metrics(
-        node, "learner",
-        json_line{}
-          .add("train_iter", ctx.train_iter)
-          .add("env_step", ctx.env_step)
-          .add("env_steps_per_s", steps_per_s)
-          .add("train_iters_per_s", iters_per_s)
-          .add("loss", static_cast<double>(last_loss))
-          .add("buffer", static_cast<std::int64_t>(learner.buffer().size()))
-          .add("model_version", ctx.model_version)
-          .add("lag_min", lag_lo)
-          .add("lag_mean", lag_mean)
-          .add("lag_max", window_lag_max));
+      run->write_metrics(node, "learner",
+                         {{"train_iter", ctx.train_iter},
+                          {"env_step", ctx.env_step},
+                          {"env_steps_per_s", steps_per_s},
+                          {"train_iters_per_s", iters_per_s},
+                          {"loss", static_cast<double>(last_loss)},
+                          {"buffer", learner.buffer().size()},
+                          {"model_version", ctx.model_version},
+                          {"lag_min", lag_lo},
+                          {"lag_mean", lag_mean},
+                          {"lag_max", window_lag_max}});
       if (run->opts.progress) {
         auto ev = run->last_eval();
         std::ostringstream os;
@@ -501,31 +475,28 @@ dice::middleware eval_step(std::shared_ptr<shared_run> run, q_network net,
       }
     }
     run.write_metrics(st->node, "evaluator",
-                      json_line{}
-                        .add("train_iter", pt.train_iter)
-                        .add("env_step", pt.env_step)
-                        .add("model_version", ctx.model_version)
-                        .add("eval_return_mean", pt.mean)
-                        .add("eval_return_min", pt.min)
-                        .add("eval_return_max", pt.max));
+                      {{"train_iter", pt.train_iter},
+                       {"env_step", pt.env_step},
+                       {"model_version", ctx.model_version},
+                       {"eval_return_mean", pt.mean},
+                       {"eval_return_min", pt.min},
+                       {"eval_return_max", pt.max}});
     // Evaluations come several times a second: only a new best is worth a
     // line at info level (the progress line shows the latest return).
-    dice::log::write(
-      best || solved ? dice::log::level::info : dice::log::level::debug,
-      st->node,
-      "eval at train_iter " + std::to_string(pt.train_iter) + ", env_step "
-        + std::to_string(pt.env_step) + ": return " + fixed(pt.mean) + " (min "
-        + fixed(pt.min, 0) + ", max " + fixed(pt.max, 0) + ")"
-        + (best ? " new best" : ""));
+    dice::log::write(best || solved ? dice::log::level::info
+                                    : dice::log::level::debug,
+                     st->node,
+                     "eval at train_iter {}, env_step {}: return {:.1f} (min "
+                     "{:.0f}, max {:.0f}){}",
+                     pt.train_iter, pt.env_step, pt.mean, pt.min, pt.max,
+                     best ? " new best" : "");
     if (best) {
       try {
         save_checkpoint(st->net, path_in(run.opts, "best.pt"));
         std::ofstream f{path_in(run.opts, "best.json")};
-        f << json_line{}
-               .add("eval_return", pt.mean)
-               .add("env_step", pt.env_step)
-               .add("train_iter", pt.train_iter)
-               .str()
+        f << dump({{"eval_return", pt.mean},
+                   {"env_step", pt.env_step},
+                   {"train_iter", pt.train_iter}})
           << '\n';
       } catch (const std::exception& e) {
         dice::log::error(st->node,
@@ -626,26 +597,24 @@ open_outputs(shared_run& run, const std::string& metrics_name,
                                 "--resume: " + resume_from + " does not exist");
       resume_from.clear();
     }
-    std::ifstream f{path_in(opts, "latest.json")};
-    std::string text{std::istreambuf_iterator<char>{f}, {}};
-    long long env_step = 0;
-    long long train_iter = 0;
-    long long env_episode = 0;
-    if (std::sscanf(text.c_str(),
-                    "{\"env_step\": %lld, \"train_iter\": %lld, "
-                    "\"env_episode\": %lld",
-                    &env_step, &train_iter, &env_episode)
-        >= 2) {
-      run.resume_env_step = env_step;
-      run.resume_train_iter = train_iter;
-      run.resume_env_episode = env_episode;
-    }
+    // Counters of a file that is missing or not ours read as 0.
+    auto latest = read_json(path_in(opts, "latest.json"));
+    auto counter = [&](const char* name) {
+      auto it = latest.find(name);
+      return it != latest.end() && it->is_number_integer()
+               ? it->get<std::int64_t>()
+               : std::int64_t{0};
+    };
+    auto env_step = counter("env_step");
+    auto train_iter = counter("train_iter");
+    auto env_episode = counter("env_episode");
+    run.resume_env_step = env_step;
+    run.resume_train_iter = train_iter;
+    run.resume_env_episode = env_episode;
     // best.pt is only replaced by a model that beats the one it holds.
-    std::ifstream bf{path_in(opts, "best.json")};
-    std::string best_text{std::istreambuf_iterator<char>{bf}, {}};
-    double best = 0;
-    if (std::sscanf(best_text.c_str(), "{\"eval_return\": %lf", &best) == 1)
-      run.best = best;
+    auto best = read_json(path_in(opts, "best.json"));
+    if (best.contains("eval_return") && best["eval_return"].is_number())
+      run.best = best["eval_return"].get<double>();
     dice::log::info(node,
                     "resuming from "
                       + (resume_from.empty() ? std::string{"the learner"}
@@ -705,31 +674,37 @@ void collect_results(shared_run& run, run_summary& sum) {
 /// Writes `sum` as one JSON object to OUT/`name`.
 void write_summary(const run_options& opts, const run_summary& sum,
                    const std::string& name) {
-  json_line line;
-  if (!sum.roles.empty())
-    line.add("node", static_cast<std::int64_t>(sum.node))
-      .add("roles", sum.roles);
-  line.add("solved", static_cast<std::int64_t>(sum.solved))
-    .add("solve_seconds", sum.solve_seconds)
-    .add("solve_env_steps", sum.solve_env_steps)
-    .add("best_eval", sum.best_eval)
-    .add("last_eval", sum.last_eval)
-    .add("evaluations", static_cast<std::int64_t>(sum.evals.size()))
-    .add("env_steps", sum.env_steps)
-    .add("train_iters", sum.train_iters)
-    .add("learner_iterations", sum.learner_iterations)
-    .add("seconds", sum.seconds)
-    .add("env_steps_per_s", sum.env_steps_per_s())
-    .add("train_iters_per_s", sum.train_iters_per_s())
-    .add("lag_min", sum.lag_min)
-    .add("lag_mean", sum.lag_mean)
-    .add("lag_max", sum.lag_max)
-    .add("stop_reason", sum.stop_reason);
   std::ofstream f{path_in(opts, name)};
-  f << line.str() << '\n';
+  f << summary_json(sum) << '\n';
 }
 
 } // namespace
+
+std::string summary_json(const run_summary& sum) {
+  json j;
+  if (!sum.roles.empty()) {
+    j["node"] = sum.node;
+    j["roles"] = sum.roles;
+  }
+  j["solved"] = sum.solved ? 1 : 0;
+  j["solve_seconds"] = sum.solve_seconds;
+  j["solve_env_steps"] = sum.solve_env_steps;
+  j["best_eval"] = sum.best_eval;
+  j["last_eval"] = sum.last_eval;
+  j["evaluations"] = sum.evals.size();
+  j["env_steps"] = sum.env_steps;
+  j["train_iters"] = sum.train_iters;
+  j["learner_iterations"] = sum.learner_iterations;
+  j["seconds"] = sum.seconds;
+  j["env_steps_per_s"] = sum.env_steps_per_s();
+  j["train_iters_per_s"] = sum.train_iters_per_s();
+  j["lag_min"] = sum.lag_min;
+  j["lag_mean"] = sum.lag_mean;
+  j["lag_max"] = sum.lag_max;
+  j["stop_reason"] = sum.stop_reason;
+  j["failed"] = sum.failed;
+  return dump(j);
+}
 
 caf::expected<run_summary> run_training(caf::actor_system& sys,
                                         const run_options& opts) {
@@ -825,6 +800,8 @@ caf::expected<run_summary> run_training(caf::actor_system& sys,
       sum.learner_iterations = rep.iterations;
       sum.stop_reason = rep.stop_reason;
     }
+    // One process, one run: it failed if any of its nodes did.
+    sum.failed = sum.failed || rep.failed;
     dice::log::info(rep.node, "report " + dice::to_json(rep));
   }
   collect_results(*run, sum);
@@ -949,6 +926,7 @@ caf::expected<run_summary> run_node(caf::actor_system& sys,
   sum.train_iters = rep->train_iter;
   sum.learner_iterations = role == dice::role::learner ? rep->iterations : 0;
   sum.stop_reason = rep->stop_reason;
+  sum.failed = rep->failed;
   collect_results(*run, sum);
   if (evaluates)
     write_plot(*run, id);

@@ -235,7 +235,7 @@ int run_node(caf::actor_system& sys, const config& cfg,
     dice::log::error(id, "run failed: " + dice::render(rep.error()));
     return 1;
   }
-  if (rep->stop_reason.rfind("error", 0) == 0) {
+  if (rep->failed) {
     dice::log::error(id, "stopped: " + rep->stop_reason);
     return 1;
   }
@@ -295,7 +295,7 @@ int caf_main(caf::actor_system& sys, const config& cfg) {
     return 1;
   }
   for (auto& rep : *reports)
-    if (rep.stop_reason.rfind("error", 0) == 0)
+    if (rep.failed)
       return 1;
   return 0;
 }

@@ -46,6 +46,9 @@ struct node_report {
   std::int64_t restarts = 0;
   /// Why the node stopped ("max_step", "finish from node 3", ...).
   std::string stop_reason;
+  /// The node stopped on an error of its own (a failed step, no bus, no
+  /// peer left); a node told to finish by a failed peer did not fail.
+  bool failed = false;
 };
 
 template <class Inspector>
@@ -54,10 +57,11 @@ typename Inspector::result_type inspect(Inspector& f, node_report& x) {
            x.total_step, x.iterations, x.env_step, x.env_episode, x.train_iter,
            x.model_version, x.trajectories_received, x.deltas_received,
            x.models_loaded, x.models_sent, x.models_dropped, x.timeouts,
-           x.restarts, x.stop_reason);
+           x.restarts, x.stop_reason, x.failed);
 }
 
-/// The report as one JSON object on one line.
+/// The report as one JSON object on one line (bytes of stop_reason that are
+/// not UTF-8, say from a peer's finish, become U+FFFD).
 std::string to_json(const node_report& x);
 
 } // namespace dice

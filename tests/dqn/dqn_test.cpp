@@ -7,11 +7,14 @@
 #include "caf/actor_system.hpp"
 #include "caf/actor_system_config.hpp"
 
+#include "support/json.hpp"
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 // The example is a program, not a library: its sources compile into this
@@ -278,9 +281,16 @@ TEST(EndToEnd, ShortInProcessRunBeatsARandomPolicy) {
   EXPECT_TRUE(std::filesystem::exists(dir / "best.pt"));
   EXPECT_TRUE(std::filesystem::exists(dir / "summary.json"));
   auto metrics = read_all(dir / "metrics.jsonl");
-  EXPECT_NE(metrics.find("\"role\": \"learner\""), std::string::npos);
-  EXPECT_NE(metrics.find("\"role\": \"evaluator\""), std::string::npos);
-  EXPECT_NE(metrics.find("\"role\": \"collector\""), std::string::npos);
+  std::set<std::string> roles;
+  auto lines = dice::test::json_lines(metrics);
+  for (auto& j : lines)
+    roles.insert(j.value("role", ""));
+  EXPECT_EQ(roles, (std::set<std::string>{"learner", "evaluator", "collector"}))
+    << metrics;
+  // Every line of the file is one JSON object.
+  EXPECT_EQ(
+    lines.size(),
+    static_cast<std::size_t>(std::count(metrics.begin(), metrics.end(), '\n')));
   // The best checkpoint plays as well as its evaluation said.
   auto returns = run_eval_only((dir / "best.pt").string(), opts, 10);
   ASSERT_TRUE(returns);

@@ -89,14 +89,19 @@ TEST(Multiprocess, ThreeProcessesBeatARandomPolicy) {
   EXPECT_TRUE(fs::exists(out.dir / "best.pt"));
   EXPECT_TRUE(fs::exists(out.dir / "eval_return.dat"));
   EXPECT_FALSE(fs::exists(out.dir / "metrics.jsonl"));
-  EXPECT_NE(read_all(out.dir / "metrics-0.jsonl").find("\"role\": \"learner\""),
-            std::string::npos);
-  EXPECT_NE(
-    read_all(out.dir / "metrics-1.jsonl").find("\"role\": \"evaluator\""),
-    std::string::npos);
-  EXPECT_NE(
-    read_all(out.dir / "metrics-2.jsonl").find("\"role\": \"collector\""),
-    std::string::npos);
+  // Each node's metrics: JSON lines of its own role only.
+  int node = 0;
+  for (auto role : {"learner", "evaluator", "collector"}) {
+    auto name = "metrics-" + std::to_string(node) + ".jsonl";
+    auto text = read_all(out.dir / name);
+    auto lines = dice::test::json_lines(text);
+    EXPECT_FALSE(lines.empty()) << name;
+    for (auto& j : lines) {
+      EXPECT_EQ(j.value("role", ""), role) << name << ": " << j.dump();
+      EXPECT_EQ(j.value("node", -1), node) << name << ": " << j.dump();
+    }
+    ++node;
+  }
 }
 
 } // namespace

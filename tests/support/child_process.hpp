@@ -3,6 +3,8 @@
 // A child process for multi-process tests: its stdout and stderr (merged)
 // are read line by line; every wait has a deadline, nothing sleeps.
 
+#include "support/json.hpp"
+
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/prctl.h>
@@ -169,26 +171,5 @@ class child_process {
   std::size_t scanned_ = 0;
   std::optional<int> code_;
 };
-
-/// The integer after `"name":` in a JSON line (-1: absent).
-inline long json_int(const std::string& line, const std::string& name) {
-  std::smatch m;
-  std::regex re{"\"" + name + "\": ?(-?[0-9]+)"};
-  return std::regex_search(line, m, re) ? std::stol(m[1]) : -1;
-}
-
-/// The number after `"name":` in a JSON line (NaN: absent or null).
-inline double json_num(const std::string& line, const std::string& name) {
-  std::smatch m;
-  std::regex re{"\"" + name + "\": ?(-?[0-9.eE+-]+)"};
-  return std::regex_search(line, m, re) ? std::stod(m[1]) : std::nan("");
-}
-
-/// The string after `"name":` in a JSON line ("": absent).
-inline std::string json_str(const std::string& line, const std::string& name) {
-  std::smatch m;
-  std::regex re{"\"" + name + "\": ?\"([^\"]*)\""};
-  return std::regex_search(line, m, re) ? m[1].str() : "";
-}
 
 } // namespace dice::test

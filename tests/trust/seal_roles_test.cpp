@@ -72,6 +72,7 @@ TEST_F(SealRoles, ANodeWhoseBusDiedStopsWithAnError) {
   auto reps = reports();
   ASSERT_EQ(reps.count(0), 1u) << "the learner runs on without its bus";
   EXPECT_EQ(reps[0].stop_reason.rfind("error", 0), 0u) << reps[0].stop_reason;
+  EXPECT_TRUE(reps[0].failed) << "a node without its bus failed";
   EXPECT_EQ(logs.count("bus"), 1u);
 }
 
@@ -102,6 +103,7 @@ TEST_F(SealRoles, ANodeWhoseLoaderDiedStopsWithAnError) {
   ASSERT_EQ(reps.count(2), 1u) << "the collector runs on without its loader";
   EXPECT_EQ(reps[2].stop_reason.rfind("error: a loader stopped", 0), 0u)
     << reps[2].stop_reason;
+  EXPECT_TRUE(reps[2].failed);
   fs::remove_all(dir);
 }
 
