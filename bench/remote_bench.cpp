@@ -10,6 +10,7 @@
 #include "dice/messages/context_delta.hpp"
 #include "dice/messages/model_snapshot.hpp"
 #include "dice/messages/payload.hpp"
+#include "dice/process/spawn.hpp"
 #include "dice/type_ids.hpp"
 
 #include "caf/actor_system.hpp"
@@ -166,22 +167,21 @@ std::vector<pid_t> fork_collectors(int argc, char** argv, long n,
                                    std::uint16_t port) {
   std::vector<pid_t> pids;
   for (long i = 0; i < n; ++i) {
-    auto pid = ::fork();
-    if (pid == 0) {
-      auto self = std::string{"/proc/self/exe"};
-      std::vector<std::string> args{argv[0],  "collector",
-                                    "--port", std::to_string(port),
-                                    "--node", std::to_string(i + 1)};
-      for (int j = 2; j < argc; ++j)
-        args.push_back(argv[j]);
-      std::vector<char*> cargs;
-      for (auto& a : args)
-        cargs.push_back(a.data());
-      cargs.push_back(nullptr);
-      ::execv(self.c_str(), cargs.data());
-      _exit(127);
+    dice::process::spawn_options opts;
+    opts.argv = {"/proc/self/exe",     "collector", "--port",
+                 std::to_string(port), "--node",    std::to_string(i + 1)};
+    for (int j = 2; j < argc; ++j)
+      opts.argv.emplace_back(argv[j]);
+    opts.output = dice::process::capture::none;
+    // Collectors run until the learner's SIGTERM: or until it is gone.
+    opts.death_signal = SIGTERM;
+    auto c = dice::process::spawn(opts);
+    if (c.pid < 0) {
+      std::fprintf(stderr, "remote_bench: cannot start a collector: %s\n",
+                   std::strerror(c.error));
+      continue;
     }
-    pids.push_back(pid);
+    pids.push_back(c.pid);
   }
   return pids;
 }
@@ -413,6 +413,7 @@ int context_main(int argc, char** argv) {
 } // namespace
 
 int main(int argc, char** argv) {
+  dice::process::die_with_parent_if_asked();
   if (argc < 2) {
     std::fprintf(stderr,
                  "usage: remote_bench tcp|snapshot|context|collector "

@@ -31,9 +31,10 @@
 // --stop-timeout seconds (default 10) are killed, and the launcher waits
 // for every node before it exits.
 
+#include "dice/process/spawn.hpp"
+
 #include <fcntl.h>
 #include <poll.h>
-#include <sys/prctl.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -465,44 +466,23 @@ void reap(std::vector<child>& children, run_state& run, const options& opts) {
 }
 
 bool spawn(child& c, const std::vector<std::string>& argv) {
-  int out[2];
-  int err[2];
-  if (::pipe(out) != 0 || ::pipe(err) != 0)
+  dice::process::spawn_options opts;
+  opts.argv = argv;
+  opts.output = dice::process::capture::separate;
+  // A node must not outlive its launcher (e.g. killed by a test).
+  opts.death_signal = SIGTERM;
+  // Its own group: stopping the node reaches whatever it started.
+  opts.new_process_group = true;
+  if (c.restarts > 0)
+    opts.env.push_back("DICE_RESTART_COUNT=" + std::to_string(c.restarts));
+  auto p = dice::process::spawn(opts);
+  if (p.pid < 0) {
+    errno = p.error;
     return false;
-  auto parent = ::getpid();
-  auto pid = ::fork();
-  if (pid < 0)
-    return false;
-  if (pid == 0) {
-    // Its own group: stopping the node reaches whatever it started.
-    ::setpgid(0, 0);
-    // A node must not outlive its launcher (e.g. killed by a test).
-    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
-    if (::getppid() != parent)
-      ::_exit(127);
-    if (c.restarts > 0)
-      ::setenv("DICE_RESTART_COUNT", std::to_string(c.restarts).c_str(), 1);
-    ::dup2(out[1], STDOUT_FILENO);
-    ::dup2(err[1], STDERR_FILENO);
-    ::close(out[0]);
-    ::close(out[1]);
-    ::close(err[0]);
-    ::close(err[1]);
-    std::vector<char*> args;
-    for (auto& a : argv)
-      args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    ::execvp(args[0], args.data());
-    std::fprintf(stderr, "dice-launch: cannot run %s: %s\n", args[0],
-                 std::strerror(errno));
-    ::_exit(127);
   }
-  ::setpgid(pid, pid); // no race with the child's own call
-  ::close(out[1]);
-  ::close(err[1]);
-  c.pid = pid;
-  c.out_fd = out[0];
-  c.err_fd = err[0];
+  c.pid = p.pid;
+  c.out_fd = p.out;
+  c.err_fd = p.err;
   return true;
 }
 
@@ -575,8 +555,8 @@ void restart_due(std::vector<child>& children, const options& opts) {
     c.exit_code.reset();
     c.pid = -1;
     if (!spawn(c, args)) {
-      std::cerr << "[dice-launch] cannot restart node " << c.id << ": "
-                << std::strerror(errno) << std::endl;
+      std::cerr << "[dice-launch] cannot restart node " << c.id << " ("
+                << args.front() << "): " << std::strerror(errno) << std::endl;
       c.exit_code = 1;
       c.given_up = true;
       continue;
@@ -590,6 +570,7 @@ void restart_due(std::vector<child>& children, const options& opts) {
 } // namespace
 
 int main(int argc, char** argv) {
+  dice::process::die_with_parent_if_asked();
   auto opts = parse(argc, argv);
   struct sigaction sa;
   std::memset(&sa, 0, sizeof(sa));
@@ -676,8 +657,8 @@ int main(int argc, char** argv) {
     args.insert(args.end(), opts.command.begin() + 1, opts.command.end());
     c.argv = args;
     if (!spawn(c, args)) {
-      std::cerr << "[dice-launch] cannot start node " << c.id << ": "
-                << std::strerror(errno) << std::endl;
+      std::cerr << "[dice-launch] cannot start node " << c.id << " ("
+                << args.front() << "): " << std::strerror(errno) << std::endl;
       failed = true;
     } else {
       std::cerr << "[dice-launch] node " << c.id << " started, pid " << c.pid

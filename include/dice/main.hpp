@@ -7,6 +7,7 @@
 // drives it), so a seeded embedded run is reproducible.
 
 #include "dice/actors/node.hpp"
+#include "dice/process/spawn.hpp"
 
 #include "caf/actor_system.hpp"
 #include "caf/actor_system_config.hpp"
@@ -24,6 +25,7 @@ namespace dice {
 /// what `fun(sys, cfg)` returns.
 template <class Config, class F>
 int exec_main(F fun, int argc, char** argv) {
+  process::die_with_parent_if_asked();
   Config cfg;
   if (auto err = cfg.parse(argc, argv, "caf-application.ini")) {
     std::cerr << "error while parsing CLI and file options: "

@@ -14,6 +14,8 @@
 // It prints "flaky node ID pid P restart R" and, with --grandchild,
 // "flaky node ID grandchild G" on stdout.
 
+#include "dice/process/spawn.hpp"
+
 #include <unistd.h>
 
 #include <csignal>
@@ -23,6 +25,8 @@
 #include <string>
 
 int main(int argc, char** argv) {
+  // Like a dice node: dies with its launcher (the grandchild does not).
+  dice::process::die_with_parent_if_asked();
   long id = -1;
   long fail_runs = 0;
   long fail_node = -1;

@@ -3,11 +3,10 @@
 // A child process for multi-process tests: its stdout and stderr (merged)
 // are read line by line; every wait has a deadline, nothing sleeps.
 
-#include "support/json.hpp"
+#include "dice/process/spawn.hpp"
 
-#include <fcntl.h>
+#include "support/json.hpp"
 #include <poll.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -16,6 +15,7 @@
 #include <cmath>
 #include <csignal>
 #include <cstdlib>
+#include <cstring>
 #include <optional>
 #include <regex>
 #include <string>
@@ -23,39 +23,38 @@
 
 namespace dice::test {
 
+/// A test binary that a test starts again as a child (the flood nodes) dies
+/// with that test: every binary that can start children honours the request.
+inline const bool dies_with_parent = [] {
+  dice::process::die_with_parent_if_asked();
+  return true;
+}();
+
 /// A child process whose merged output the test reads.
 class child_process {
  public:
   using clock_type = std::chrono::steady_clock;
 
-  /// Starts `argv` (argv[0]: a path) with `env` ("NAME=value") added to the
-  /// environment. The child dies with the test (PR_SET_PDEATHSIG).
+  /// Starts `argv` (argv[0]: a path, or a name looked up in PATH) with `env`
+  /// ("NAME=value") added to the environment. The child dies with the test
+  /// (SIGKILL, see die_with_parent_if_asked); one it cannot start reads as
+  /// exit code 127 with the reason as its only line.
   explicit child_process(std::vector<std::string> argv,
                          std::vector<std::string> env = {}) {
-    int fds[2];
-    if (::pipe(fds) != 0)
+    dice::process::spawn_options opts;
+    opts.argv = std::move(argv);
+    opts.env = std::move(env);
+    opts.output = dice::process::capture::merged;
+    opts.death_signal = SIGKILL;
+    auto p = dice::process::spawn(opts);
+    if (p.pid < 0) {
+      lines_.push_back("cannot run " + opts.argv.front() + ": "
+                       + std::strerror(p.error));
+      code_ = 127;
       return;
-    auto parent = ::getpid();
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (::getppid() != parent)
-        ::_exit(127);
-      ::dup2(fds[1], STDOUT_FILENO);
-      ::dup2(fds[1], STDERR_FILENO);
-      ::close(fds[0]);
-      ::close(fds[1]);
-      for (auto& e : env)
-        ::putenv(const_cast<char*>(e.c_str()));
-      std::vector<char*> args;
-      for (auto& a : argv)
-        args.push_back(const_cast<char*>(a.c_str()));
-      args.push_back(nullptr);
-      ::execvp(args[0], args.data());
-      ::_exit(127);
     }
-    ::close(fds[1]);
-    fd_ = fds[0];
+    pid_ = p.pid;
+    fd_ = p.out;
   }
 
   child_process(const child_process&) = delete;
