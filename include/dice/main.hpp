@@ -1,12 +1,16 @@
 #pragma once
 
 // DICE_MAIN(config): like CAF_MAIN, but the process exits with caf_main's
-// return value (CAF 0.17's exec_main always exits 0), and
-// `--dice.deterministic` switches the scheduler to CAF's single-threaded
-// test coordinator before the actor system starts (dice::run_local then
-// drives it), so a seeded embedded run is reproducible.
+// return value (CAF 0.17's exec_main always exits 0), options take
+// `--key value` as well as `--key=value` (CAF 0.17 reads only the latter)
+// and an unknown one is named, and `--dice.deterministic` switches the
+// scheduler to CAF's single-threaded test coordinator before the actor
+// system starts (dice::run_local then drives it), so a seeded embedded run
+// is reproducible.
 
 #include "dice/actors/node.hpp"
+#include "dice/cli.hpp"
+#include "dice/errc.hpp"
 #include "dice/process/spawn.hpp"
 
 #include "caf/actor_system.hpp"
@@ -15,11 +19,26 @@
 #include "caf/config_value.hpp"
 #include "caf/settings.hpp"
 
+#include <algorithm>
 #include <cstdlib>
 #include <iostream>
+#include <string>
 #include <type_traits>
+#include <vector>
 
 namespace dice {
+
+namespace detail {
+
+/// Reads the protected option set of any actor_system_config (a member
+/// pointer taken through a derived class is one of the base).
+struct config_options : caf::actor_system_config {
+  static const caf::config_option_set& of(const caf::actor_system_config& x) {
+    return x.*(&config_options::custom_options_);
+  }
+};
+
+} // namespace detail
 
 /// Parses the options into a `Config`, starts the actor system and returns
 /// what `fun(sys, cfg)` returns.
@@ -27,7 +46,16 @@ template <class Config, class F>
 int exec_main(F fun, int argc, char** argv) {
   process::die_with_parent_if_asked();
   Config cfg;
-  if (auto err = cfg.parse(argc, argv, "caf-application.ini")) {
+  std::string program = argc > 0 ? argv[0] : "program";
+  program = program.substr(program.rfind('/') + 1);
+  auto args = normalize_cli(detail::config_options::of(cfg),
+                            std::vector<std::string>(argv + std::min(argc, 1),
+                                                     argv + argc));
+  if (!args) {
+    std::cerr << program << ": " << render(args.error()) << std::endl;
+    return EXIT_FAILURE;
+  }
+  if (auto err = cfg.parse(std::move(*args), "caf-application.ini")) {
     std::cerr << "error while parsing CLI and file options: "
               << caf::actor_system_config::render(err) << std::endl;
     return EXIT_FAILURE;
