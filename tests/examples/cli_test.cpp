@@ -29,6 +29,8 @@ outcome run(std::vector<std::string> argv) {
 } // namespace
 
 TEST(ProgramOptions, DqnCartpoleReadsTheValueAfterTheOption) {
+  if (!std::filesystem::exists(bin_dir + "dqn_cartpole"))
+    GTEST_SKIP() << "dqn_cartpole not built (the sanitizer build)";
   // --eps-decay is checked by the program itself: reaching that check shows
   // the value was parsed (before: parser_error(missing_argument), exit 1).
   auto r = run(
@@ -40,6 +42,8 @@ TEST(ProgramOptions, DqnCartpoleReadsTheValueAfterTheOption) {
 }
 
 TEST(ProgramOptions, DqnCartpoleNamesAnUnknownOption) {
+  if (!std::filesystem::exists(bin_dir + "dqn_cartpole"))
+    GTEST_SKIP() << "dqn_cartpole not built (the sanitizer build)";
   auto r = run({bin_dir + "dqn_cartpole", "--colectors", "3"});
   EXPECT_EQ(r.code, 1) << r.text;
   EXPECT_NE(r.text.find("dqn_cartpole: invalid_config: unknown option "
