@@ -3,6 +3,7 @@
 // beat a random policy (~22), and each node writes its own outputs.
 
 #include "support/child_process.hpp"
+#include "support/files.hpp"
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -20,25 +21,8 @@ using dice::test::child_process;
 
 const std::string bin_dir = std::string{DICE_BINARY_DIR} + "/bin/";
 
-std::string read_all(const fs::path& p) {
-  std::ifstream f{p};
-  return {std::istreambuf_iterator<char>{f}, {}};
-}
-
-/// A fresh folder, removed at the end of the test.
-struct scratch {
-  fs::path dir;
-  explicit scratch(const std::string& name)
-    : dir(fs::temp_directory_path()
-          / (name + "_" + std::to_string(::getpid()))) {
-    fs::remove_all(dir);
-    fs::create_directories(dir);
-  }
-  ~scratch() {
-    std::error_code ec;
-    fs::remove_all(dir, ec);
-  }
-};
+using dice::test::read_all;
+using dice::test::scratch;
 
 TEST(Multiprocess, ThreeProcessesBeatARandomPolicy) {
   scratch out{"dice_dqn_mp"};

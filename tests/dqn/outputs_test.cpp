@@ -7,6 +7,7 @@
 #include "caf/actor_system_config.hpp"
 
 #include "options.hpp"
+#include "support/files.hpp"
 #include "support/json.hpp"
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -20,25 +21,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string read_all(const fs::path& p) {
-  std::ifstream f{p};
-  return {std::istreambuf_iterator<char>{f}, {}};
-}
-
-/// A fresh folder, removed at the end of the test.
-struct scratch {
-  fs::path dir;
-  explicit scratch(const std::string& name)
-    : dir(fs::temp_directory_path()
-          / (name + "_" + std::to_string(::getpid()))) {
-    fs::remove_all(dir);
-    fs::create_directories(dir);
-  }
-  ~scratch() {
-    std::error_code ec;
-    fs::remove_all(dir, ec);
-  }
-};
+using dice::test::read_all;
+using dice::test::scratch;
 
 dqn::run_options short_run(const fs::path& out) {
   dqn::run_options opts;
