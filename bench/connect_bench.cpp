@@ -19,6 +19,7 @@
 #include "caf/io/middleman.hpp"
 #include "caf/scoped_actor.hpp"
 
+#include "bench_options.hpp"
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -37,11 +38,11 @@ namespace {
 using clk = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
+const std::vector<std::string> known_options{"rounds", "secret"};
+
 long num(int argc, char** argv, const std::string& name, long fallback) {
-  for (int i = 1; i + 1 < argc; ++i)
-    if (argv[i] == "--" + name)
-      return std::stol(argv[i + 1]);
-  return fallback;
+  return std::stol(
+    dice::bench::option(argc, argv, 1, name, std::to_string(fallback)));
 }
 
 double median(std::vector<double> xs) {
@@ -118,6 +119,9 @@ std::vector<double> attach_rounds(long rounds, std::uint16_t port,
 } // namespace
 
 int main(int argc, char** argv) {
+  if (auto why = dice::bench::check_options(argc, argv, 1, known_options);
+      !why.empty())
+    return dice::bench::refuse("connect_bench", why, known_options);
   auto rounds = num(argc, argv, "rounds", 20);
   auto with_secret = num(argc, argv, "secret", 1) != 0;
   dice::log::set_threshold(dice::log::level::error);
@@ -169,11 +173,13 @@ int main(int argc, char** argv) {
                                  });
   caf::anon_send_exit(bus, caf::exit_reason::user_shutdown);
   auto tcp = tcp_rounds(rounds);
-  std::printf("{\"mode\":\"connect\",\"secret\":%d,\"rounds\":%ld,"
-              "\"connect_s\":%.6f,\"connect_max_s\":%.6f,"
-              "\"caf_connect_s\":%.6f,\"tcp_s\":%.6f}\n",
-              with_secret ? 1 : 0, rounds, median(dice_times),
-              *std::max_element(dice_times.begin(), dice_times.end()),
-              median(caf_times), median(tcp));
+  dice::bench::print_json(
+    {{"mode", "connect"},
+     {"secret", with_secret ? 1 : 0},
+     {"rounds", rounds},
+     {"connect_s", median(dice_times)},
+     {"connect_max_s", *std::max_element(dice_times.begin(), dice_times.end())},
+     {"caf_connect_s", median(caf_times)},
+     {"tcp_s", median(tcp)}});
   return 0;
 }

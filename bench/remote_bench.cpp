@@ -19,10 +19,10 @@
 #include "caf/io/middleman.hpp"
 #include "caf/scoped_actor.hpp"
 
+#include "bench_options.hpp"
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <nlohmann/json.hpp>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -42,51 +42,22 @@ namespace {
 using clk = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
-// Options after the mode: --name value or --name=value.
-const char* const known_options[] = {"size",  "rounds",  "collectors", "obs",
-                                     "batch", "seconds", "chunk",      "window",
-                                     "port",  "node",    "mode"};
+// Options after the mode.
+const std::vector<std::string> known_options{"size",  "rounds", "collectors",
+                                             "obs",   "batch",  "seconds",
+                                             "chunk", "window", "port",
+                                             "node",  "mode"};
 
 std::string arg(int argc, char** argv, const std::string& name,
                 const std::string& fallback) {
-  auto flag = "--" + name;
-  for (int i = 2; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == flag && i + 1 < argc)
-      return argv[i + 1];
-    if (a.rfind(flag + "=", 0) == 0)
-      return a.substr(flag.size() + 1);
-  }
-  return fallback;
-}
-
-/// "" if every option after the mode is known and has a value, else why not.
-std::string check_options(int argc, char** argv) {
-  for (int i = 2; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a.rfind("--", 0) != 0)
-      return "unexpected argument '" + a + "'";
-    auto eq = a.find('=');
-    auto name = a.substr(2,
-                         eq == std::string::npos ? std::string::npos : eq - 2);
-    if (std::find(std::begin(known_options), std::end(known_options), name)
-        == std::end(known_options))
-      return "unknown option '--" + name + "'";
-    if (eq == std::string::npos && ++i >= argc)
-      return "option '--" + name + "' needs a value";
-  }
-  return "";
+  return dice::bench::option(argc, argv, 2, name, fallback);
 }
 
 long num(int argc, char** argv, const std::string& name, long fallback) {
   return std::stol(arg(argc, argv, name, std::to_string(fallback)));
 }
 
-/// The result: one JSON line on stdout (bench/run reads the last one).
-void print_json(const nlohmann::ordered_json& j) {
-  std::printf("%s\n", j.dump().c_str());
-  std::fflush(stdout);
-}
+using dice::bench::print_json;
 
 double secs(clk::duration d) {
   return std::chrono::duration<double>(d).count();
@@ -421,14 +392,9 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::string mode = argv[1];
-  if (auto why = check_options(argc, argv); !why.empty()) {
-    std::fprintf(stderr,
-                 "remote_bench: %s (known: --size --rounds "
-                 "--collectors --obs --batch --seconds --chunk "
-                 "--window)\n",
-                 why.c_str());
-    return 1;
-  }
+  if (auto why = dice::bench::check_options(argc, argv, 2, known_options);
+      !why.empty())
+    return dice::bench::refuse("remote_bench", why, known_options);
   if (mode == "tcp")
     return tcp_main(num(argc, argv, "size", 6'800'000),
                     num(argc, argv, "rounds", 10));
