@@ -1,5 +1,7 @@
 #include "loop.hpp"
 
+#include <nlohmann/json.hpp>
+
 #include <chrono>
 #include <deque>
 #include <iomanip>
@@ -109,18 +111,20 @@ loop_result run_loop(const loop_options& opts,
 }
 
 std::string to_json(const loop_result& x) {
-  std::ostringstream os;
-  os << "{\"solved\": " << (x.solved ? "true" : "false")
-     << ", \"solve_seconds\": " << num(x.solve_seconds)
-     << ", \"solve_env_steps\": " << x.solve_env_steps
-     << ", \"best_eval\": " << num(x.best_eval, 1)
-     << ", \"env_steps\": " << x.env_steps << ", \"updates\": " << x.updates
-     << ", \"grad_steps\": " << x.grad_steps
-     << ", \"seconds\": " << num(x.seconds)
-     << ", \"lag_mean\": " << num(x.lags.mean())
-     << ", \"lag_max\": " << x.lags.max()
-     << ", \"steps_dropped_stale\": " << x.intake.steps_dropped_stale << "}";
-  return os.str();
+  // Fields in this order; non-finite numbers (no eval yet) become null.
+  nlohmann::ordered_json j{{"solved", x.solved},
+                           {"solve_seconds", x.solve_seconds},
+                           {"solve_env_steps", x.solve_env_steps},
+                           {"best_eval", x.best_eval},
+                           {"env_steps", x.env_steps},
+                           {"updates", x.updates},
+                           {"grad_steps", x.grad_steps},
+                           {"seconds", x.seconds},
+                           {"lag_mean", x.lags.mean()},
+                           {"lag_max", x.lags.max()},
+                           {"steps_dropped_stale",
+                            x.intake.steps_dropped_stale}};
+  return j.dump();
 }
 
 } // namespace ppo

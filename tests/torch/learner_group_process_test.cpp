@@ -9,6 +9,7 @@
 #include "support/child_process.hpp"
 #include "torch/learner_group_support.hpp"
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 #include <poll.h>
 #include <unistd.h>
 
@@ -62,14 +63,6 @@ std::string hex(std::uint64_t x) {
   return buf;
 }
 
-// Quotes and backslashes would end a JSON string early.
-std::string clean(std::string s) {
-  for (auto& c : s)
-    if (c == '"' || c == '\\' || c == '\n')
-      c = '\'';
-  return s;
-}
-
 // One line from the control pipe, or "" at the deadline.
 std::string read_line(int fd, std::chrono::milliseconds timeout) {
   auto deadline = clock_type::now() + timeout;
@@ -104,14 +97,22 @@ int worker_main(int argc, char** argv) {
   auto after = num(argc, argv, "after", 4);
   auto control = static_cast<int>(num(argc, argv, "control-fd", -1));
   auto dump = arg(argc, argv, "dump");
-  auto say = [](const std::string& line) {
-    std::printf("%s\n", line.c_str());
+  // One JSON line per event; the test waits for them by pattern, so the
+  // fields keep this order.
+  auto say = [](const nlohmann::ordered_json& line) {
+    std::printf("%s\n",
+                line
+                  .dump(-1, ' ', false,
+                        nlohmann::ordered_json::error_handler_t::replace)
+                  .c_str());
     std::fflush(stdout);
   };
   auto formed = [&](learner_group& g, double ms) {
-    say("{\"event\":\"formed\",\"generation\":" + std::to_string(g.generation())
-        + ",\"rank\":" + std::to_string(g.rank()) + ",\"size\":"
-        + std::to_string(g.size()) + ",\"ms\":" + std::to_string(ms) + "}");
+    say({{"event", "formed"},
+         {"generation", g.generation()},
+         {"rank", g.rank()},
+         {"size", g.size()},
+         {"ms", ms}});
   };
   auto ms_since = [](clock_type::time_point t0) {
     return std::chrono::duration<double, std::milli>(clock_type::now() - t0)
@@ -119,16 +120,14 @@ int worker_main(int argc, char** argv) {
   };
   auto g = learner_group::create(cfg);
   if (!g) {
-    say("{\"event\":\"error\",\"error\":\"" + clean(dice::render(g.error()))
-        + "\"}");
+    say({{"event", "error"}, {"error", dice::render(g.error())}});
     return 2;
   }
   if (cfg.rank == 0)
-    say("{\"event\":\"listening\",\"generation\":0,\"port\":"
-        + std::to_string(g->store_port()) + "}");
+    say({{"event", "listening"}, {"generation", 0}, {"port", g->store_port()}});
   auto t0 = clock_type::now();
   if (auto err = g->join()) {
-    say("{\"event\":\"error\",\"error\":\"" + clean(dice::render(err)) + "\"}");
+    say({{"event", "error"}, {"error", dice::render(err)}});
     return 3;
   }
   formed(*g, ms_since(t0));
@@ -137,9 +136,10 @@ int worker_main(int argc, char** argv) {
   if (g->broadcast_parameters(*net) || g->broadcast_optimizer(opt))
     return 4;
   auto step_line = [&](learner_group& grp, long step) {
-    say("{\"event\":\"step\",\"generation\":" + std::to_string(grp.generation())
-        + ",\"step\":" + std::to_string(step) + ",\"digest\":\""
-        + hex(*dice::parameters_digest(*net)) + "\"}");
+    say({{"event", "step"},
+         {"generation", grp.generation()},
+         {"step", step},
+         {"digest", hex(*dice::parameters_digest(*net))}});
   };
   long done = 0;
   caf::error failure;
@@ -155,10 +155,12 @@ int worker_main(int argc, char** argv) {
   caf::expected<learner_group> ng{caf::error{}};
   if (failure) {
     auto failed_at = clock_type::now();
-    say("{\"event\":\"failed\",\"step\":" + std::to_string(done + 1)
-        + ",\"t_ns\":" + std::to_string(now_ns()) + ",\"errc\":\""
-        + (dice::is(failure, dice::errc::timeout) ? "timeout" : "unreachable")
-        + "\",\"error\":\"" + clean(dice::render(failure)) + "\"}");
+    say({{"event", "failed"},
+         {"step", done + 1},
+         {"t_ns", now_ns()},
+         {"errc",
+          dice::is(failure, dice::errc::timeout) ? "timeout" : "unreachable"},
+         {"error", dice::render(failure)}});
     // The test tells the survivors who is left, then the new rank 0's port.
     std::istringstream line{read_line(control, 60s)};
     std::string word;
@@ -173,9 +175,9 @@ int worker_main(int argc, char** argv) {
       ng = learner_group::create(*next);
       if (!ng)
         return 7;
-      say("{\"event\":\"listening\",\"generation\":"
-          + std::to_string(next->generation)
-          + ",\"port\":" + std::to_string(ng->store_port()) + "}");
+      say({{"event", "listening"},
+           {"generation", next->generation},
+           {"port", ng->store_port()}});
       if (ng->join())
         return 8;
     } else {
@@ -197,8 +199,7 @@ int worker_main(int argc, char** argv) {
     if (ng->broadcast_parameters(*net, root)
         || ng->broadcast_optimizer(opt, root))
       return 12;
-    say("{\"event\":\"synced\",\"root\":" + std::to_string(root)
-        + ",\"ms\":" + std::to_string(ms_since(failed_at)) + "}");
+    say({{"event", "synced"}, {"root", root}, {"ms", ms_since(failed_at)}});
     current = &*ng;
     for (long s = 1; s <= after; ++s) {
       if (auto err = dice::test::train_step(*ng, net, opt, ng->rank(),
@@ -213,9 +214,9 @@ int worker_main(int argc, char** argv) {
     std::ofstream out{dump, std::ios::binary};
     out << dice::test::module_bytes(*net);
   }
-  say("{\"event\":\"done\",\"generation\":"
-      + std::to_string(current->generation()) + ",\"digest\":\""
-      + hex(*dice::parameters_digest(*net)) + "\"}");
+  say({{"event", "done"},
+       {"generation", current->generation()},
+       {"digest", hex(*dice::parameters_digest(*net))}});
   return 0;
 }
 
@@ -345,7 +346,7 @@ TEST(LearnerGroupProcessFailure, KillNineOfANonZeroRankThenSurvivorsReform) {
   for (int r : {0, 2}) {
     std::smatch m;
     ASSERT_TRUE(
-      ls[r]->proc->wait_for(std::regex{"\"event\":\"failed\".*"},
+      ls[r]->proc->wait_for(std::regex{"\\{\"event\":\"failed\".*"},
                             std::chrono::milliseconds{timeout_ms} + 10s, &m))
       << ls[r]->proc->text();
     auto line = m[0].str();
