@@ -1,11 +1,12 @@
 // Seeded and single-threaded (--dice.deterministic), the in-process DQN run
 // is reproducible: two runs evaluate the same returns at the same steps.
 
+#include "support/child_process.hpp"
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <cstdio>
+#include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <string>
 
@@ -13,22 +14,18 @@ namespace {
 
 // Runs dqn_cartpole with a deadline and returns its "eval at ..." lines.
 std::string eval_lines(const std::string& out_dir, int& exit_code) {
-  auto cmd = std::string{"timeout 120 "} + DICE_BINARY_DIR
-    + "/bin/dqn_cartpole --dice.deterministic --seed=2"
-      " --max-env-steps=5000 --eval-every=200 --quiet --no-plot"
-      " --out="
-    + out_dir + " 2>&1";
-  auto pipe = popen(cmd.c_str(), "r");
+  dice::test::child_process p{
+    {std::string{DICE_BINARY_DIR} + "/bin/dqn_cartpole", "--dice.deterministic",
+     "--seed=2", "--max-env-steps=5000", "--eval-every=200", "--quiet",
+     "--no-plot", "--out=" + out_dir}};
+  auto rc = p.wait_exit(std::chrono::seconds{120});
+  exit_code = rc ? *rc : -1;
   std::string lines;
-  char buf[4096];
-  while (pipe != nullptr && fgets(buf, sizeof(buf), pipe) != nullptr) {
-    std::string line{buf};
+  for (auto& line : p.lines()) {
     auto pos = line.find("eval at ");
     if (pos != std::string::npos)
-      lines += line.substr(pos);
+      lines += line.substr(pos) + "\n";
   }
-  auto status = pipe != nullptr ? pclose(pipe) : -1;
-  exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return lines;
 }
 
