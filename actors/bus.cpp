@@ -659,8 +659,8 @@ void attach(bus_ptr self, std::size_t idx) {
         on_connected(self, idx, caf::actor_cast<caf::actor>(ptr), ifs, where);
       },
       [=](caf::error& err) {
-        log::debug(self->state.cfg.node,
-                   "cannot connect to " + where + ": " + render(err));
+        log::debug(self->state.cfg.node, "cannot connect to {}: {}", where,
+                   render(err));
         schedule_reconnect(self, idx);
       });
 }
@@ -723,8 +723,8 @@ void send_hello(bus_ptr self, std::size_t idx, caf::actor peer,
           log::warning(st.cfg.node,
                        "handshake with " + where + " deferred: " + render(err));
         else
-          log::debug(st.cfg.node,
-                     "handshake with " + where + " failed: " + render(err));
+          log::debug(st.cfg.node, "handshake with {} failed: {}", where,
+                     render(err));
         schedule_reconnect(self, idx);
       });
 }
@@ -838,7 +838,7 @@ bus_actor::behavior_type bus(bus_ptr self, bus_config cfg) {
     if (trusted_local(src, self->system())) {
       count(trust_event::message_rejected);
       log::debug(self->state.cfg.node,
-                 "bus ignored an error from a local actor: " + render(err));
+                 "bus ignored an error from a local actor: {}", render(err));
       return;
     }
     drop(self, trust_event::stranger_dropped, src,

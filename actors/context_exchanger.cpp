@@ -198,8 +198,7 @@ struct exchanger_state {
   }
 
   void resend(unacked_delta& x, caf::actor_clock::time_point now) {
-    log::debug(svc->node_id(),
-               "resending unacked delta " + std::to_string(x.delta.seq));
+    log::debug(svc->node_id(), "resending unacked delta {}", x.delta.seq);
     x.delta.base = lowest_unacked(x.delta.seq);
     emit(x.delta);
     x.sent_at = now;
@@ -289,9 +288,8 @@ struct exchanger_state {
                   + " were acknowledged by an earlier learner or given up");
     if (applied.duplicate(d)) {
       count(trust_event::duplicate_dropped);
-      log::debug(svc->node_id(),
-                 "dropped duplicate delta " + std::to_string(d.seq)
-                   + " from node " + std::to_string(d.sender));
+      log::debug(svc->node_id(), "dropped duplicate delta {} from node {}",
+                 d.seq, d.sender);
       // The sender resent it, so our ack may have been lost: ack again.
       if (has(role::learner))
         send_ack({d.sender, d.epoch});
@@ -302,9 +300,8 @@ struct exchanger_state {
     // take what still arrives (their windows bound it).
     if (has(role::learner) && !svc->finished() && buffer_full(bytes)) {
       ++stats->deltas_refused;
-      log::debug(svc->node_id(),
-                 "buffer full: refused delta " + std::to_string(d.seq)
-                   + " from node " + std::to_string(d.sender));
+      log::debug(svc->node_id(), "buffer full: refused delta {} from node {}",
+                 d.seq, d.sender);
       return;
     }
     applied.mark(d);

@@ -56,9 +56,8 @@ class model_cache {
     if (outdated(x)) {
       ++svc.report().models_dropped;
       log::debug(svc.node_id(),
-                 "dropped model v" + std::to_string(x.version) + " from node "
-                   + std::to_string(x.sender) + ": not newer than v"
-                   + std::to_string(loaded_version));
+                 "dropped model v{} from node {}: not newer than v{}",
+                 x.version, x.sender, loaded_version);
       return false;
     }
     if (auto err = validate(x)) {

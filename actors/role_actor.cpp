@@ -351,7 +351,7 @@ void role_state::dispatch(const std::string& topic,
     // Nobody here asked for it: a confused or hostile sender; count it so
     // that it is visible, and keep running.
     count(trust_event::unknown_topic);
-    log::debug(cfg.node, "ignored a message on unsubscribed topic " + topic);
+    log::debug(cfg.node, "ignored a message on unsubscribed topic {}", topic);
     return;
   }
   try {

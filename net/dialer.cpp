@@ -73,7 +73,7 @@ void dial_worker(caf::blocking_actor* self, dialer_config cfg,
         log::error(cfg.node,
                    "handshake with " + where + " refused: " + render(err));
       else
-        log::debug(cfg.node, "cannot connect to " + where + ": " + render(err));
+        log::debug(cfg.node, "cannot connect to {}: {}", where, render(err));
       rp.deliver(std::move(err));
     };
     auto fd = dial(cfg, host, port, channel::control, deadline);

@@ -100,8 +100,8 @@ bool listener::advance(pending_conn& c) {
     auto want = std::min(c.hs.want(), sizeof(buf));
     auto n = ::recv(c.fd, buf, want, 0);
     if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
-      log::debug(cfg_.node,
-                 "connection from " + c.peer + " closed during the preamble");
+      log::debug(cfg_.node, "connection from {} closed during the preamble",
+                 c.peer);
       return false;
     }
     if (n < 0)
@@ -126,7 +126,7 @@ bool listener::advance(pending_conn& c) {
   if (st == preamble_state::done && c.out.empty()) {
     auto fd = c.fd;
     c.fd = -1;
-    log::debug(cfg_.node, "connection from " + c.peer + " passed the preamble");
+    log::debug(cfg_.node, "connection from {} passed the preamble", c.peer);
     fn_(fd, c.hs.chosen(), c.peer);
     return false;
   }
