@@ -1,27 +1,17 @@
 #include "loop.hpp"
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <chrono>
 #include <deque>
-#include <iomanip>
 #include <memory>
-#include <sstream>
 
 namespace ppo {
 
 namespace {
 
 using clock_type = std::chrono::steady_clock;
-
-std::string num(double x, int digits = 2) {
-  std::ostringstream os;
-  if (std::isfinite(x))
-    os << std::fixed << std::setprecision(digits) << x;
-  else
-    os << "null";
-  return os.str();
-}
 
 } // namespace
 
@@ -85,12 +75,12 @@ loop_result run_loop(const loop_options& opts,
       res.evals.push_back(ev);
       res.best_eval = std::max(res.best_eval, ev.mean);
       if (log)
-        log("[ppo " + num(ev.seconds, 1) + "s] v" + std::to_string(version)
-            + " env " + std::to_string(ev.env_step) + " eval " + num(ev.mean, 1)
-            + " (min " + num(ev.min, 0) + ") pi " + num(st->policy_loss, 3)
-            + " v " + num(st->value_loss, 3) + " H " + num(st->entropy, 3)
-            + " kl " + num(st->approx_kl, 4) + " clip "
-            + num(st->clip_fraction, 2) + " lag " + learner.lags().str());
+        log(fmt::format("[ppo {:.1f}s] v{} env {} eval {:.1f} (min {:.0f}) pi "
+                        "{:.3f} v {:.3f} H {:.3f} kl {:.4f} clip {:.2f} lag {}",
+                        ev.seconds, version, ev.env_step, ev.mean, ev.min,
+                        st->policy_loss, st->value_loss, st->entropy,
+                        st->approx_kl, st->clip_fraction,
+                        learner.lags().str()));
       if (ev.mean >= opts.stop_value) {
         res.solved = true;
         res.solve_seconds = ev.seconds;

@@ -11,6 +11,8 @@
 
 #include "dice/main.hpp"
 
+#include "dice/log.hpp"
+
 #include "caf/actor_system.hpp"
 #include "caf/actor_system_config.hpp"
 
@@ -20,7 +22,7 @@
 
 namespace {
 
-/// Command-line options (CAF's config: --name=value).
+/// Command-line options (--name=value or --name value).
 struct config : caf::actor_system_config {
   ppo::loop_options run;
   std::int64_t seed = 0;
@@ -87,7 +89,7 @@ int caf_main(caf::actor_system&, const config& cfg) {
     std::function<void(const std::string&)> log;
     if (!cfg.quiet)
       log = [](const std::string& line) {
-        std::cerr << line << '\n';
+        dice::log::info(0, line);
       };
     auto res = ppo::run_loop(opts, log);
     solved += res.solved ? 1 : 0;
