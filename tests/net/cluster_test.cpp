@@ -178,18 +178,14 @@ TEST(Reconnect, CollectorGetsTheRestartedLearnersModelFirst) {
 
 // -- two hosts: two network namespaces ----------------------------------------
 
-/// Runs a shell command; returns its output, or nullopt if it failed.
+/// Runs a shell command; returns its output, or nullopt if it failed or
+/// took longer than 30 s.
 std::optional<std::string> shell(const std::string& cmd) {
-  std::string out;
-  auto* f = ::popen((cmd + " 2>&1").c_str(), "r");
-  if (f == nullptr)
+  dice::test::child_process p{{"/bin/sh", "-c", cmd}};
+  auto rc = p.wait_exit(std::chrono::seconds{30});
+  if (!rc || *rc != 0)
     return std::nullopt;
-  char buf[512];
-  while (std::fgets(buf, sizeof(buf), f) != nullptr)
-    out += buf;
-  if (::pclose(f) != 0)
-    return std::nullopt;
-  return out;
+  return p.text();
 }
 
 /// Two network namespaces joined by a veth pair, 198.18.0.1/24 in the first

@@ -15,6 +15,7 @@
 #include "caf/actor_system.hpp"
 #include "caf/scoped_actor.hpp"
 
+#include "support/child_process.hpp"
 #include "support/raw_socket.hpp"
 #include <gtest/gtest.h>
 #include <poll.h>
@@ -61,9 +62,10 @@ class Listener : public ::testing::TestWithParam<trust_mode> {
   static void SetUpTestSuite() {
     dir_ = new fs::path(fs::temp_directory_path()
                         / ("dice-listener-" + std::to_string(::getpid())));
-    auto cmd = std::string{"bash "} + DICE_SOURCE_DIR
-      + "/scripts/make-test-certs " + dir_->string() + " >/dev/null";
-    ASSERT_EQ(std::system(cmd.c_str()), 0);
+    dice::test::child_process certs{
+      {"bash", std::string{DICE_SOURCE_DIR} + "/scripts/make-test-certs",
+       dir_->string()}};
+    ASSERT_EQ(certs.wait_exit(std::chrono::seconds{60}), 0) << certs.text();
   }
 
   static void TearDownTestSuite() {

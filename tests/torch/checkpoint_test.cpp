@@ -6,12 +6,12 @@
 #include "dice/torch/checkpoint.hpp"
 #include "dice/torch/model.hpp"
 
+#include "support/child_process.hpp"
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 #include <unistd.h>
 
-#include <cstdio>
-#include <cstdlib>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -27,24 +27,23 @@ std::string python() {
   return fs::exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
 }
 
+// `import torch` takes seconds; a minute is the deadline for either.
+constexpr std::chrono::seconds python_deadline{60};
+
 bool python_has_torch() {
-  auto cmd = python() + " -c 'import torch' >/dev/null 2>&1";
-  return std::system(cmd.c_str()) == 0;
+  dice::test::child_process p{{python(), "-c", "import torch"}};
+  return p.wait_exit(python_deadline) == 0;
 }
 
 std::string run_python(const std::string& script) {
   auto file = fs::temp_directory_path()
     / ("dice-ckpt-" + std::to_string(::getpid()) + ".py");
   std::ofstream{file} << script;
-  std::string out;
-  auto cmd = python() + " " + file.string() + " 2>&1";
-  if (auto p = ::popen(cmd.c_str(), "r")) {
-    char buf[4096];
-    while (auto n = std::fread(buf, 1, sizeof(buf), p))
-      out.append(buf, n);
-    if (::pclose(p) != 0)
-      out = "FAILED: " + out;
-  }
+  dice::test::child_process p{{python(), file.string()}};
+  auto rc = p.wait_exit(python_deadline);
+  auto out = p.text();
+  if (rc != 0)
+    out = "FAILED: " + out;
   fs::remove(file);
   return out;
 }

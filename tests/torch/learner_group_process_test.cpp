@@ -8,6 +8,7 @@
 
 #include "support/child_process.hpp"
 #include "torch/learner_group_support.hpp"
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 #include <poll.h>
@@ -245,8 +246,11 @@ std::string read_file(const std::filesystem::path& p) {
 struct learner {
   learner(int rank, int size, std::uint16_t port,
           const std::filesystem::path& dump, std::vector<std::string> extra) {
+    // Both ends close on exec; only this learner's read end is let through
+    // to it, so no other learner inherits a write end (which would keep its
+    // read from seeing the end of the input when the test goes).
     int fds[2];
-    if (::pipe(fds) != 0)
+    if (::pipe2(fds, O_CLOEXEC) != 0 || ::fcntl(fds[0], F_SETFD, 0) != 0)
       return;
     control = fds[1];
     std::vector<std::string> args{
@@ -277,12 +281,12 @@ start_group(int n, const std::filesystem::path& dir,
   std::vector<std::unique_ptr<learner>> ls;
   ls.push_back(std::make_unique<learner>(0, n, 0, dir / "rank0.bin", extra));
   std::smatch m;
-  if (!ls[0]->proc->wait_for(std::regex{"\"listening\".*\"port\":([0-9]+)"},
-                             60s, &m)) {
+  if (!ls[0]->proc->wait_for(std::regex{"\\{\"event\":\"listening\".*"}, 60s,
+                             &m)) {
     ADD_FAILURE() << "rank 0 did not listen:\n" << ls[0]->proc->text();
     return {};
   }
-  auto port = static_cast<std::uint16_t>(std::stoi(m[1]));
+  auto port = static_cast<std::uint16_t>(json_int(m[0].str(), "port"));
   for (int r = 1; r < n; ++r)
     ls.push_back(std::make_unique<learner>(
       r, n, port, dir / ("rank" + std::to_string(r) + ".bin"), extra));
@@ -361,9 +365,9 @@ TEST(LearnerGroupProcessFailure, KillNineOfANonZeroRankThenSurvivorsReform) {
   ls[2]->tell("survivors 0 2");
   std::smatch m;
   ASSERT_TRUE(ls[0]->proc->wait_for(
-    std::regex{"\"listening\",\"generation\":1,\"port\":([0-9]+)"}, 60s, &m))
+    std::regex{"\\{\"event\":\"listening\",\"generation\":1,.*"}, 60s, &m))
     << ls[0]->proc->text();
-  ls[2]->tell("port " + m[1].str());
+  ls[2]->tell("port " + std::to_string(json_int(m[0].str(), "port")));
   for (int r : {0, 2})
     ASSERT_EQ(ls[r]->proc->wait_exit(120s), 0) << ls[r]->proc->text();
   for (int r : {0, 2})
