@@ -84,3 +84,27 @@ TEST(ProgramOptions, RemoteBenchNamesAnUnknownOption) {
             std::string::npos)
     << r.text;
 }
+
+TEST(ProgramOptions, ConnectBenchNamesAnUnknownOption) {
+  auto exe = bin_dir + "connect_bench";
+  if (!std::filesystem::exists(exe))
+    GTEST_SKIP() << "benchmarks not built";
+  // Before (per the old parser, which only looked up known names): the
+  // misspelt option was ignored and the benchmark ran its default rounds.
+  auto r = run({exe, "--round", "3"});
+  EXPECT_EQ(r.code, 1) << r.text;
+  EXPECT_NE(r.text.find("connect_bench: unknown option '--round'"),
+            std::string::npos)
+    << r.text;
+}
+
+TEST(ProgramOptions, PpoCartpoleNamesAnUnknownOption) {
+  auto exe = bin_dir + "ppo_cartpole";
+  if (!std::filesystem::exists(exe))
+    GTEST_SKIP() << "ppo_cartpole not built (the sanitizer build)";
+  auto r = run({exe, "--sede", "3"});
+  EXPECT_EQ(r.code, 1) << r.text;
+  EXPECT_NE(r.text.find("unknown option '--sede' (see --help)"),
+            std::string::npos)
+    << r.text;
+}
