@@ -26,6 +26,19 @@ outcome run(std::vector<std::string> argv) {
   return {rc ? *rc : -1, p.text()};
 }
 
+// `program args` exits 1 and says `message`; skipped where the program is
+// not built (the benchmarks and examples are not, in the sanitizer build).
+void expect_refused(const std::string& program, std::vector<std::string> args,
+                    const std::string& message) {
+  auto exe = bin_dir + program;
+  if (!std::filesystem::exists(exe))
+    GTEST_SKIP() << program << " not built";
+  args.insert(args.begin(), exe);
+  auto r = run(std::move(args));
+  EXPECT_EQ(r.code, 1) << r.text;
+  EXPECT_NE(r.text.find(message), std::string::npos) << r.text;
+}
+
 } // namespace
 
 TEST(ProgramOptions, DqnCartpoleReadsTheValueAfterTheOption) {
@@ -75,36 +88,18 @@ TEST(ProgramOptions, DiceLaunchNamesAnUnknownOption) {
 }
 
 TEST(ProgramOptions, RemoteBenchNamesAnUnknownOption) {
-  auto exe = bin_dir + "remote_bench";
-  if (!std::filesystem::exists(exe))
-    GTEST_SKIP() << "benchmarks not built";
-  auto r = run({exe, "tcp", "--sise", "1000"});
-  EXPECT_EQ(r.code, 1) << r.text;
-  EXPECT_NE(r.text.find("remote_bench: unknown option '--sise'"),
-            std::string::npos)
-    << r.text;
+  expect_refused("remote_bench", {"tcp", "--sise", "1000"},
+                 "remote_bench: unknown option '--sise'");
 }
 
+// Before (per the old parser, which only looked up known names): the
+// misspelt option was ignored and the benchmark ran its default rounds.
 TEST(ProgramOptions, ConnectBenchNamesAnUnknownOption) {
-  auto exe = bin_dir + "connect_bench";
-  if (!std::filesystem::exists(exe))
-    GTEST_SKIP() << "benchmarks not built";
-  // Before (per the old parser, which only looked up known names): the
-  // misspelt option was ignored and the benchmark ran its default rounds.
-  auto r = run({exe, "--round", "3"});
-  EXPECT_EQ(r.code, 1) << r.text;
-  EXPECT_NE(r.text.find("connect_bench: unknown option '--round'"),
-            std::string::npos)
-    << r.text;
+  expect_refused("connect_bench", {"--round", "3"},
+                 "connect_bench: unknown option '--round'");
 }
 
 TEST(ProgramOptions, PpoCartpoleNamesAnUnknownOption) {
-  auto exe = bin_dir + "ppo_cartpole";
-  if (!std::filesystem::exists(exe))
-    GTEST_SKIP() << "ppo_cartpole not built (the sanitizer build)";
-  auto r = run({exe, "--sede", "3"});
-  EXPECT_EQ(r.code, 1) << r.text;
-  EXPECT_NE(r.text.find("unknown option '--sede' (see --help)"),
-            std::string::npos)
-    << r.text;
+  expect_refused("ppo_cartpole", {"--sede", "3"},
+                 "unknown option '--sede' (see --help)");
 }
