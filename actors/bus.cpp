@@ -629,8 +629,8 @@ void on_connected(bus_ptr self, std::size_t idx, caf::actor peer,
                                   st.cfg.node));
       },
       [=](caf::error& err) {
-        log::debug(self->state.cfg.node,
-                   "challenge to " + where + " failed: " + render(err));
+        log::debug(self->state.cfg.node, "challenge to {} failed: {}", where,
+                   render(err));
         schedule_reconnect(self, idx);
       });
 }

@@ -266,11 +266,11 @@ dice::middleware train_step(std::shared_ptr<shared_run> run, q_network net,
         auto counters = path_in(run->opts, "latest.json");
         {
           std::ofstream f{counters + ".tmp"};
-          f << dump({{"env_step", ctx.env_step},
-                     {"train_iter", ctx.train_iter},
-                     {"env_episode", ctx.env_episode},
-                     {"replay",
-                      static_cast<std::int64_t>(learner.buffer().size())}})
+          f << dump(
+            {{"env_step", ctx.env_step},
+             {"train_iter", ctx.train_iter},
+             {"env_episode", ctx.env_episode},
+             {"replay", static_cast<std::int64_t>(learner.buffer().size())}})
             << '\n';
         }
         std::filesystem::rename(counters + ".tmp", counters);
@@ -602,8 +602,8 @@ open_outputs(shared_run& run, const std::string& metrics_name,
     auto counter = [&](const char* name) {
       auto it = latest.find(name);
       return it != latest.end() && it->is_number_integer()
-               ? it->get<std::int64_t>()
-               : std::int64_t{0};
+        ? it->get<std::int64_t>()
+        : std::int64_t{0};
     };
     auto env_step = counter("env_step");
     auto train_iter = counter("train_iter");

@@ -264,7 +264,7 @@ std::string report_of(const process& p, int id) {
   std::string result;
   auto tag = "[node " + std::to_string(id) + "] ";
   for (auto& l : p.lines())
-    if (l.rfind(tag, 0) == 0 && l.find("\"stop_reason\"") != std::string::npos)
+    if (l.rfind(tag, 0) == 0 && dice::test::json_in(l).contains("stop_reason"))
       result = l; // the last incarnation's
   return result;
 }

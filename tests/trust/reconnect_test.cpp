@@ -53,7 +53,7 @@ std::vector<std::string> node_args(int id, std::string loss,
 
 long env_step(const process& p) {
   for (auto& l : p.lines())
-    if (l.find("\"stop_reason\"") != std::string::npos)
+    if (dice::test::json_in(l).contains("stop_reason"))
       return dice::test::json_int(l, "env_step");
   return -1;
 }

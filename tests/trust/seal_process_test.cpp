@@ -75,7 +75,7 @@ struct report {
 
 std::optional<report> report_of(const process& p) {
   for (auto& l : p.lines())
-    if (l.find("\"stop_reason\"") != std::string::npos)
+    if (dice::test::json_in(l).contains("stop_reason"))
       return report{dice::test::json_str(l, "role"),
                     dice::test::json_int(l, "env_step"),
                     dice::test::json_str(l, "stop_reason")};
