@@ -1,5 +1,7 @@
 #include "loop.hpp"
 
+#include "ppo.hpp"
+
 #include <chrono>
 #include <deque>
 #include <iomanip>
