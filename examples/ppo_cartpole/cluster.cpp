@@ -692,24 +692,28 @@ json summary_object(const run_summary& x) {
   j["evaluations"] = x.evals.size();
   j["env_steps"] = x.env_steps;
   j["train_iters"] = x.train_iters;
-  j["grad_steps"] = x.grad_steps;
-  j["learner_iterations"] = x.learner_iterations;
   j["seconds"] = x.seconds;
   j["env_steps_per_s"] = demo::number(x.env_steps_per_s());
-  j["targets"] = x.vtrace ? "vtrace" : "gae";
-  j["lag_mean"] = demo::number(x.lag_mean);
-  j["lag_min"] = x.lag_min;
-  j["lag_p50"] = x.lag_p50;
-  j["lag_p90"] = x.lag_p90;
-  j["lag_max"] = x.lag_max;
-  j["lag_histogram"] = x.lag_histogram;
-  j["steps_received"] = x.steps_received;
-  j["steps_dropped_stale"] = x.steps_dropped_stale;
-  j["segments_dropped_stale"] = x.segments_dropped_stale;
-  j["payloads_rejected"] = x.payloads_rejected;
-  j["batches_rejected"] = x.batches_rejected;
-  j["train_episodes"] = x.train_episodes;
-  j["train_return_mean"] = demo::number(x.train_return_mean);
+  // What only the learner knows (absent from evaluator and collector
+  // summaries rather than zero there).
+  if (x.roles.empty() || x.roles == "learner") {
+    j["grad_steps"] = x.grad_steps;
+    j["learner_iterations"] = x.learner_iterations;
+    j["targets"] = x.vtrace ? "vtrace" : "gae";
+    j["lag_mean"] = demo::number(x.lag_mean);
+    j["lag_min"] = x.lag_min;
+    j["lag_p50"] = x.lag_p50;
+    j["lag_p90"] = x.lag_p90;
+    j["lag_max"] = x.lag_max;
+    j["lag_histogram"] = x.lag_histogram;
+    j["steps_received"] = x.steps_received;
+    j["steps_dropped_stale"] = x.steps_dropped_stale;
+    j["segments_dropped_stale"] = x.segments_dropped_stale;
+    j["payloads_rejected"] = x.payloads_rejected;
+    j["batches_rejected"] = x.batches_rejected;
+    j["train_episodes"] = x.train_episodes;
+    j["train_return_mean"] = demo::number(x.train_return_mean);
+  }
   j["stop_reason"] = x.stop_reason;
   return j;
 }

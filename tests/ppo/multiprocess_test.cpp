@@ -1,7 +1,8 @@
 // PPO on CartPole as 5 processes (dice-launch --workers 5: learner,
 // evaluator, three collectors): segments and models cross real loopback
-// TCP. A short seeded run with a budget must clearly beat a random policy
-// (~22); the learner's lag and intake add up with what the collectors sent.
+// TCP. A short seeded run with a budget must reach a reduced stop value
+// (200; random play: ~22); the learner's lag and intake add up with what
+// the collectors sent. Bounded, not timed: the budget ends the run.
 
 #include "support/child_process.hpp"
 #include <gtest/gtest.h>
@@ -51,7 +52,7 @@ TEST(PpoMultiprocess, FiveProcessesBeatARandomPolicy) {
   // 40k env steps or 40 s at the latest (a budget, not an assertion).
   child_process launch{
     {bin_dir + "dice-launch", "--workers", "5", "--", bin_dir + "ppo_cartpole",
-     "--seed=1", "--stop-value=200", "--max-env-steps=40000",
+     "--seed=0", "--stop-value=200", "--max-env-steps=40000",
      "--max-seconds=40", "--quiet", "--no-plot", "--out=" + out.dir.string()}};
   auto rc = launch.wait_exit(100s);
   ASSERT_TRUE(rc) << "the 5-process run did not end within 100 s\n"
@@ -76,8 +77,12 @@ TEST(PpoMultiprocess, FiveProcessesBeatARandomPolicy) {
     EXPECT_GT(c.value("env_steps", 0), 0);
     collected += c.value("env_steps", std::int64_t{0});
   }
-  // Clearly better than a random policy (~22).
-  EXPECT_GT(evaluator.value("best_eval", 0.0), 100.0) << evaluator.dump();
+  // Seed 0's initial weights are poor when played greedily
+  // (PpoCluster.InProcessRunLearnsThroughTheExchangers checks that), so the
+  // stop value takes learning: several updates, several evaluations.
+  EXPECT_TRUE(evaluator.value("solved", false)) << evaluator.dump();
+  EXPECT_GE(evaluator.value("best_eval", 0.0), 200.0) << evaluator.dump();
+  EXPECT_GE(evaluator.value("evaluations", 0), 2) << evaluator.dump();
   // Nothing in flight is lost at the finish: the learner counted every env
   // step the collectors made, and trained on all of it but what arrived
   // after its last iteration.
@@ -89,7 +94,7 @@ TEST(PpoMultiprocess, FiveProcessesBeatARandomPolicy) {
   auto hist = learner["lag_histogram"].get<std::vector<std::int64_t>>();
   EXPECT_EQ(std::accumulate(hist.begin(), hist.end(), std::int64_t{0}),
             received);
-  EXPECT_GT(learner.value("train_iters", 0), 0);
+  EXPECT_GE(learner.value("train_iters", 0), 2);
   EXPECT_TRUE(fs::exists(out.dir / "latest.pt"));
   EXPECT_TRUE(fs::exists(out.dir / "best.pt"));
   EXPECT_FALSE(fs::exists(out.dir / "metrics.jsonl"));
