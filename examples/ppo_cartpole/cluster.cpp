@@ -357,7 +357,9 @@ dice::middleware eval_step(std::shared_ptr<shared_run> run, actor_critic net,
     ctx.last_eval_value = pt.mean;
     ctx.eval_value = pt.mean;
     bool best = false;
-    bool solved = pt.mean >= run.opts.stop_value;
+    // Only a trained model (version > 0) can solve the run: some seeds' initial
+    // weights already balance the pole when played greedily (seed 4: 500).
+    bool solved = pt.mean >= run.opts.stop_value && acting_version(ctx) > 0;
     {
       std::lock_guard<std::mutex> guard{run.mtx};
       run.evals.push_back(pt);
