@@ -6,6 +6,8 @@
 #include "caf/expected.hpp"
 #include "caf/fwd.hpp"
 
+#include "outputs.hpp"
+
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -98,17 +100,8 @@ struct run_options {
   dqn_config algo;
 };
 
-/// One evaluation.
-struct eval_point {
-  /// Env steps (all collectors) when the evaluated model was current.
-  std::int64_t env_step = 0;
-  /// Learner gradient steps.
-  std::int64_t train_iter = 0;
-  /// Seconds since the start of the run.
-  double seconds = 0;
-  /// Mean, lowest and highest return of the episodes.
-  double mean = 0, min = 0, max = 0;
-};
+/// One evaluation (train_iter: learner gradient steps).
+using eval_point = demo::eval_point;
 
 /// What a run achieved (in a cluster: what one node saw).
 struct run_summary {

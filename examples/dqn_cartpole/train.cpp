@@ -17,6 +17,7 @@
 #include "cartpole.hpp"
 #include "dqn.hpp"
 #include "options.hpp"
+#include "outputs.hpp"
 #include <unistd.h>
 
 #include <atomic>
@@ -28,48 +29,20 @@
 #include <iomanip>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <sstream>
 
 namespace dqn {
 
 namespace {
 
-using clock_type = std::chrono::steady_clock;
-
 constexpr std::uint32_t learner_node = 0;
 constexpr std::uint32_t evaluator_node = 1;
 constexpr std::uint32_t first_collector_node = 2;
 
-/// A flat JSON object built field by field.
-class json_line {
- public:
-  json_line& add(const std::string& key, double x) {
-    std::ostringstream os;
-    if (std::isfinite(x))
-      os << std::setprecision(10) << x;
-    else
-      os << "null";
-    return raw(key, os.str());
-  }
-  json_line& add(const std::string& key, std::int64_t x) {
-    return raw(key, std::to_string(x));
-  }
-  json_line& add(const std::string& key, const std::string& x) {
-    return raw(key, "\"" + x + "\"");
-  }
-  std::string str() const {
-    return "{" + body_ + "}";
-  }
-
- private:
-  json_line& raw(const std::string& key, const std::string& value) {
-    if (!body_.empty())
-      body_ += ", ";
-    body_ += "\"" + key + "\": " + value;
-    return *this;
-  }
-  std::string body_;
-};
+using demo::clock_type;
+using demo::fixed;
+using demo::json;
 
 /// What every node of one in-process run shares: the clock, the metrics
 /// file, the evaluation history and the progress line.
@@ -77,7 +50,7 @@ struct shared_run {
   run_options opts;
   clock_type::time_point start = clock_type::now();
   std::mutex mtx;
-  std::ofstream metrics;
+  demo::metrics_log metrics;
   std::vector<eval_point> evals;
   double best = -std::numeric_limits<double>::infinity();
   double solve_seconds = -1;
@@ -91,9 +64,8 @@ struct shared_run {
   std::int64_t resume_env_step = 0;
   std::int64_t resume_train_iter = 0;
   std::int64_t resume_env_episode = 0;
-  // Progress line on a terminal: log lines clear it first.
-  bool tty = false;
-  std::string progress_line;
+  // The live progress line (null: none).
+  demo::progress_line* progress = nullptr;
   // One node of a multi-process cluster: this process holds only its own
   // node, so outputs carry the node id and nothing is shared with others.
   bool distributed = false;
@@ -103,22 +75,8 @@ struct shared_run {
   }
 
   void write_metrics(std::uint32_t node, const std::string& role,
-                     json_line line) {
-    auto text = json_line{}
-                  .add("time", seconds())
-                  .add("node", static_cast<std::int64_t>(node))
-                  .add("role", role)
-                  .str();
-    auto body = line.str();
-    // Merge the two objects: drop "}" of the first and "{" of the second.
-    text.pop_back();
-    if (body.size() > 2)
-      text += ", " + body.substr(1);
-    else
-      text += "}";
-    std::lock_guard<std::mutex> guard{mtx};
-    if (metrics)
-      metrics << text << '\n' << std::flush;
+                     const json& fields) {
+    metrics.write(seconds(), node, role, fields);
   }
 
   double last_eval() {
@@ -129,13 +87,7 @@ struct shared_run {
 };
 
 std::string path_in(const run_options& opts, const std::string& name) {
-  return (std::filesystem::path{opts.out} / name).string();
-}
-
-std::string fixed(double x, int digits = 1) {
-  std::ostringstream os;
-  os << std::fixed << std::setprecision(digits) << x;
-  return os.str();
+  return demo::path_in(opts.out, name);
 }
 
 // -- collector ----------------------------------------------------------------
@@ -209,13 +161,12 @@ dice::middleware collect_step(std::shared_ptr<shared_run> run, q_network net,
       }
       st->recent_returns.clear();
       st->run->write_metrics(st->node, "collector",
-                             json_line{}
-                               .add("env_step", ctx.env_step)
-                               .add("env_episode", ctx.env_episode)
-                               .add("train_return_mean", mean)
-                               .add("epsilon", eps)
-                               .add("model_version", ctx.model_version)
-                               .add("train_iter", ctx.train_iter));
+                             {{"env_step", ctx.env_step},
+                              {"env_episode", ctx.env_episode},
+                              {"train_return_mean", demo::number(mean)},
+                              {"epsilon", eps},
+                              {"model_version", ctx.model_version},
+                              {"train_iter", ctx.train_iter}});
     }
     return dice::proceed;
   };
@@ -285,19 +236,11 @@ dice::middleware train_step(std::shared_ptr<shared_run> run, q_network net,
       try {
         learner.save_state(path_in(run->opts, "learner.pt"));
         save_checkpoint(learner.online(), path_in(run->opts, "latest.pt"));
-        auto json = path_in(run->opts, "latest.json");
-        {
-          std::ofstream f{json + ".tmp"};
-          f << json_line{}
-                 .add("env_step", ctx.env_step)
-                 .add("train_iter", ctx.train_iter)
-                 .add("env_episode", ctx.env_episode)
-                 .add("replay",
-                      static_cast<std::int64_t>(learner.buffer().size()))
-                 .str()
-            << '\n';
-        }
-        std::filesystem::rename(json + ".tmp", json);
+        demo::write_json(path_in(run->opts, "latest.json"),
+                         {{"env_step", ctx.env_step},
+                          {"train_iter", ctx.train_iter},
+                          {"env_episode", ctx.env_episode},
+                          {"replay", learner.buffer().size()}});
         dice::log::info(node,
                         "checkpoint at env_step " + std::to_string(ctx.env_step)
                           + ", train_iter " + std::to_string(ctx.train_iter)
@@ -325,20 +268,18 @@ dice::middleware train_step(std::shared_ptr<shared_run> run, q_network net,
         ? window_lag_sum / window_lag_count
         : std::numeric_limits<double>::quiet_NaN();
       auto lag_lo = window_lag_count > 0 ? window_lag_min : 0;
-      run->write_metrics(
-        node, "learner",
-        json_line{}
-          .add("train_iter", ctx.train_iter)
-          .add("env_step", ctx.env_step)
-          .add("env_steps_per_s", steps_per_s)
-          .add("train_iters_per_s", iters_per_s)
-          .add("loss", static_cast<double>(last_loss))
-          .add("buffer", static_cast<std::int64_t>(learner.buffer().size()))
-          .add("model_version", ctx.model_version)
-          .add("lag_min", lag_lo)
-          .add("lag_mean", lag_mean)
-          .add("lag_max", window_lag_max));
-      if (run->opts.progress) {
+      run->write_metrics(node, "learner",
+                         {{"train_iter", ctx.train_iter},
+                          {"env_step", ctx.env_step},
+                          {"env_steps_per_s", demo::number(steps_per_s)},
+                          {"train_iters_per_s", demo::number(iters_per_s)},
+                          {"loss", demo::number(last_loss)},
+                          {"buffer", learner.buffer().size()},
+                          {"model_version", ctx.model_version},
+                          {"lag_min", lag_lo},
+                          {"lag_mean", demo::number(lag_mean)},
+                          {"lag_max", window_lag_max}});
+      if (run->progress != nullptr) {
         auto ev = run->last_eval();
         std::ostringstream os;
         os << "[dqn " << fixed(run->seconds(), 0) << "s] iter "
@@ -346,13 +287,7 @@ dice::middleware train_step(std::shared_ptr<shared_run> run, q_network net,
            << fixed(steps_per_s, 0) << " env/s | " << fixed(iters_per_s, 0)
            << " it/s | eval " << (std::isnan(ev) ? "-" : fixed(ev)) << " | lag "
            << lag_lo << "/" << fixed(lag_mean) << "/" << window_lag_max;
-        std::lock_guard<std::mutex> guard{run->mtx};
-        run->progress_line = os.str();
-        if (run->tty)
-          std::fprintf(stderr, "\r\033[K%s", run->progress_line.c_str());
-        else
-          std::fprintf(stderr, "%s\n", run->progress_line.c_str());
-        std::fflush(stderr);
+        run->progress->show(os.str());
       }
       window_lag_min = std::numeric_limits<std::int64_t>::max();
       window_lag_max = 0;
@@ -471,18 +406,8 @@ dice::middleware eval_step(std::shared_ptr<shared_run> run, q_network net,
       return dice::proceed;
     auto returns = evaluate_greedy(st->net, run.opts.eval_episodes,
                                    run.opts.seed * 7 + 1000003 * ++st->evals);
-    eval_point pt;
-    pt.env_step = ctx.env_step;
-    pt.train_iter = ctx.train_iter;
-    pt.seconds = run.seconds();
-    pt.min = std::numeric_limits<double>::infinity();
-    pt.max = -pt.min;
-    for (auto r : returns) {
-      pt.mean += r;
-      pt.min = std::min(pt.min, r);
-      pt.max = std::max(pt.max, r);
-    }
-    pt.mean /= static_cast<double>(returns.size());
+    auto pt = demo::make_eval_point(returns, ctx.env_step, ctx.train_iter,
+                                    run.seconds());
     ctx.last_eval_iter = ctx.train_iter;
     ctx.last_eval_value = pt.mean;
     ctx.eval_value = pt.mean;
@@ -501,13 +426,12 @@ dice::middleware eval_step(std::shared_ptr<shared_run> run, q_network net,
       }
     }
     run.write_metrics(st->node, "evaluator",
-                      json_line{}
-                        .add("train_iter", pt.train_iter)
-                        .add("env_step", pt.env_step)
-                        .add("model_version", ctx.model_version)
-                        .add("eval_return_mean", pt.mean)
-                        .add("eval_return_min", pt.min)
-                        .add("eval_return_max", pt.max));
+                      {{"train_iter", pt.train_iter},
+                       {"env_step", pt.env_step},
+                       {"model_version", ctx.model_version},
+                       {"eval_return_mean", pt.mean},
+                       {"eval_return_min", pt.min},
+                       {"eval_return_max", pt.max}});
     // Evaluations come several times a second: only a new best is worth a
     // line at info level (the progress line shows the latest return).
     dice::log::write(
@@ -520,13 +444,10 @@ dice::middleware eval_step(std::shared_ptr<shared_run> run, q_network net,
     if (best) {
       try {
         save_checkpoint(st->net, path_in(run.opts, "best.pt"));
-        std::ofstream f{path_in(run.opts, "best.json")};
-        f << json_line{}
-               .add("eval_return", pt.mean)
-               .add("env_step", pt.env_step)
-               .add("train_iter", pt.train_iter)
-               .str()
-          << '\n';
+        demo::write_json(path_in(run.opts, "best.json"),
+                         {{"eval_return", pt.mean},
+                          {"env_step", pt.env_step},
+                          {"train_iter", pt.train_iter}});
       } catch (const std::exception& e) {
         dice::log::error(st->node,
                          std::string{"cannot write best.pt: "} + e.what());
@@ -541,60 +462,6 @@ dice::middleware eval_step(std::shared_ptr<shared_run> run, q_network net,
     return dice::proceed;
   };
   return m;
-}
-
-// -- plot ---------------------------------------------------------------------
-
-/// Writes OUT/eval_return.dat and, if gnuplot is installed, the PNG.
-void write_plot(const shared_run& run, std::uint32_t node) {
-  auto dat = path_in(run.opts, "eval_return.dat");
-  {
-    std::ofstream f{dat};
-    f << "# env_step seconds train_iter mean min max\n";
-    for (auto& e : run.evals)
-      f << e.env_step << ' ' << e.seconds << ' ' << e.train_iter << ' '
-        << e.mean << ' ' << e.min << ' ' << e.max << '\n';
-  }
-  if (!run.opts.plot || run.evals.empty())
-    return;
-  if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) {
-    dice::log::warning(
-      node, "gnuplot not found: skipped eval_return.png (data in " + dat + ")");
-    return;
-  }
-  auto png = path_in(run.opts, "eval_return.png");
-  auto* gp = popen("gnuplot", "w");
-  if (gp == nullptr) {
-    dice::log::warning(node, "cannot start gnuplot: no plot");
-    return;
-  }
-  std::ostringstream s;
-  s << "if (strstrt(GPVAL_TERMINALS, 'pngcairo') > 0) "
-       "{ set terminal pngcairo size 1200,450 } "
-       "else { set terminal png size 1200,450 }\n"
-    << "set output '" << png << "'\n"
-    << "set multiplot layout 1,2 title 'DQN CartPole-v1: greedy eval return "
-       "(mean, min-max)'\n"
-    << "set grid\nset key bottom right\nset yrange [0:520]\n"
-    << "set xlabel 'env steps'\nset ylabel 'return'\n"
-    << "plot '" << dat
-    << "' using 1:5:6 with filledcurves lc rgb '#cce0ff' "
-       "title 'min-max', '' using 1:4 with linespoints pt 7 ps 0.5 "
-       "title 'mean', "
-    << run.opts.stop_value << " dt 2 lc rgb 'red' title 'stop value'\n"
-    << "set xlabel 'wall time (s)'\n"
-    << "plot '" << dat
-    << "' using 2:5:6 with filledcurves lc rgb '#cce0ff' "
-       "title 'min-max', '' using 2:4 with linespoints pt 7 ps 0.5 "
-       "title 'mean', "
-    << run.opts.stop_value << " dt 2 lc rgb 'red' title 'stop value'\n"
-    << "unset multiplot\n";
-  auto script = s.str();
-  std::fwrite(script.data(), 1, script.size(), gp);
-  if (pclose(gp) != 0)
-    dice::log::warning(node, "gnuplot failed: check " + png);
-  else
-    dice::log::info(node, "wrote " + png);
 }
 
 q_network make_net(const run_options& opts, const std::string& resume_from) {
@@ -612,11 +479,8 @@ caf::expected<std::string>
 open_outputs(shared_run& run, const std::string& metrics_name,
              bool need_checkpoint, std::uint32_t node, bool restarted = false) {
   auto& opts = run.opts;
-  std::error_code ec;
-  std::filesystem::create_directories(opts.out, ec);
-  if (ec)
-    return dice::make_error(dice::errc::invalid_config,
-                            "cannot create " + opts.out + ": " + ec.message());
+  if (auto err = demo::make_run_dir(opts.out))
+    return err;
   std::string resume_from;
   if (opts.resume) {
     resume_from = path_in(opts, "latest.pt");
@@ -626,26 +490,17 @@ open_outputs(shared_run& run, const std::string& metrics_name,
                                 "--resume: " + resume_from + " does not exist");
       resume_from.clear();
     }
-    std::ifstream f{path_in(opts, "latest.json")};
-    std::string text{std::istreambuf_iterator<char>{f}, {}};
-    long long env_step = 0;
-    long long train_iter = 0;
-    long long env_episode = 0;
-    if (std::sscanf(text.c_str(),
-                    "{\"env_step\": %lld, \"train_iter\": %lld, "
-                    "\"env_episode\": %lld",
-                    &env_step, &train_iter, &env_episode)
-        >= 2) {
-      run.resume_env_step = env_step;
-      run.resume_train_iter = train_iter;
-      run.resume_env_episode = env_episode;
-    }
+    auto latest = demo::read_json(path_in(opts, "latest.json"));
+    auto env_step = latest.value("env_step", std::int64_t{0});
+    auto train_iter = latest.value("train_iter", std::int64_t{0});
+    auto env_episode = latest.value("env_episode", std::int64_t{0});
+    run.resume_env_step = env_step;
+    run.resume_train_iter = train_iter;
+    run.resume_env_episode = env_episode;
     // best.pt is only replaced by a model that beats the one it holds.
-    std::ifstream bf{path_in(opts, "best.json")};
-    std::string best_text{std::istreambuf_iterator<char>{bf}, {}};
-    double best = 0;
-    if (std::sscanf(best_text.c_str(), "{\"eval_return\": %lf", &best) == 1)
-      run.best = best;
+    auto best = demo::read_json(path_in(opts, "best.json"));
+    if (best.contains("eval_return") && best["eval_return"].is_number())
+      run.best = best["eval_return"].get<double>();
     dice::log::info(node,
                     "resuming from "
                       + (resume_from.empty() ? std::string{"the learner"}
@@ -654,11 +509,9 @@ open_outputs(shared_run& run, const std::string& metrics_name,
                       + ", train_iter " + std::to_string(train_iter)
                       + ", env_episode " + std::to_string(env_episode) + ")");
   }
-  run.metrics.open(path_in(opts, metrics_name),
-                   opts.resume || restarted ? std::ios::app : std::ios::trunc);
-  if (!run.metrics)
-    return dice::make_error(dice::errc::invalid_config,
-                            "cannot write " + path_in(opts, metrics_name));
+  if (auto err = run.metrics.open(path_in(opts, metrics_name),
+                                  opts.resume || restarted))
+    return err;
   return resume_from;
 }
 
@@ -705,28 +558,33 @@ void collect_results(shared_run& run, run_summary& sum) {
 /// Writes `sum` as one JSON object to OUT/`name`.
 void write_summary(const run_options& opts, const run_summary& sum,
                    const std::string& name) {
-  json_line line;
-  if (!sum.roles.empty())
-    line.add("node", static_cast<std::int64_t>(sum.node))
-      .add("roles", sum.roles);
-  line.add("solved", static_cast<std::int64_t>(sum.solved))
-    .add("solve_seconds", sum.solve_seconds)
-    .add("solve_env_steps", sum.solve_env_steps)
-    .add("best_eval", sum.best_eval)
-    .add("last_eval", sum.last_eval)
-    .add("evaluations", static_cast<std::int64_t>(sum.evals.size()))
-    .add("env_steps", sum.env_steps)
-    .add("train_iters", sum.train_iters)
-    .add("learner_iterations", sum.learner_iterations)
-    .add("seconds", sum.seconds)
-    .add("env_steps_per_s", sum.env_steps_per_s())
-    .add("train_iters_per_s", sum.train_iters_per_s())
-    .add("lag_min", sum.lag_min)
-    .add("lag_mean", sum.lag_mean)
-    .add("lag_max", sum.lag_max)
-    .add("stop_reason", sum.stop_reason);
-  std::ofstream f{path_in(opts, name)};
-  f << line.str() << '\n';
+  json j;
+  if (!sum.roles.empty()) {
+    j["node"] = sum.node;
+    j["roles"] = sum.roles;
+  }
+  j["solved"] = static_cast<int>(sum.solved);
+  j["solve_seconds"] = sum.solve_seconds;
+  j["solve_env_steps"] = sum.solve_env_steps;
+  j["best_eval"] = demo::number(sum.best_eval);
+  j["last_eval"] = demo::number(sum.last_eval);
+  j["evaluations"] = sum.evals.size();
+  j["env_steps"] = sum.env_steps;
+  j["train_iters"] = sum.train_iters;
+  j["learner_iterations"] = sum.learner_iterations;
+  j["seconds"] = sum.seconds;
+  j["env_steps_per_s"] = demo::number(sum.env_steps_per_s());
+  j["train_iters_per_s"] = demo::number(sum.train_iters_per_s());
+  j["lag_min"] = sum.lag_min;
+  j["lag_mean"] = sum.lag_mean;
+  j["lag_max"] = sum.lag_max;
+  j["stop_reason"] = sum.stop_reason;
+  try {
+    demo::write_json(path_in(opts, name), j);
+  } catch (const std::exception& e) {
+    dice::log::error(sum.node,
+                     std::string{"cannot write summary: "} + e.what());
+  }
 }
 
 } // namespace
@@ -739,27 +597,9 @@ caf::expected<run_summary> run_training(caf::actor_system& sys,
   if (!resume)
     return resume.error();
   auto resume_from = *resume;
-  run->tty = opts.progress && isatty(STDERR_FILENO) != 0;
-  // On a terminal the progress line is redrawn in place; log lines clear it
-  // first and redraw it after.
-  dice::log::sink prev_sink;
-  if (run->tty) {
-    auto shown = std::make_shared<dice::log::sink>();
-    prev_sink = dice::log::set_sink(nullptr);
-    *shown = prev_sink;
-    std::weak_ptr<shared_run> weak = run;
-    dice::log::set_sink([shown, weak](dice::log::level lvl, std::uint32_t node,
-                                      const std::string& msg) {
-      auto r = weak.lock();
-      if (r)
-        std::fprintf(stderr, "\r\033[K");
-      (*shown)(lvl, node, msg);
-      if (r) {
-        std::lock_guard<std::mutex> guard{r->mtx};
-        std::fprintf(stderr, "%s", r->progress_line.c_str());
-      }
-    });
-  }
+  std::optional<demo::progress_line> progress;
+  progress.emplace(opts.progress);
+  run->progress = opts.progress ? &*progress : nullptr;
   std::vector<dice::local_node> nodes;
   try {
     torch::manual_seed(opts.seed);
@@ -789,8 +629,6 @@ caf::expected<run_summary> run_training(caf::actor_system& sys,
           collect_step(run, net, id));
     }
   } catch (const std::exception& e) {
-    if (run->tty)
-      dice::log::set_sink(prev_sink);
     return dice::make_error(dice::errc::invalid_config,
                             std::string{"cannot build the nodes: "} + e.what());
   }
@@ -808,10 +646,8 @@ caf::expected<run_summary> run_training(caf::actor_system& sys,
       std::chrono::duration<double>(opts.max_seconds + 120));
   run->start = clock_type::now();
   auto reports = dice::run_local(sys, std::move(nodes), lro);
-  if (run->tty) {
-    std::fprintf(stderr, "\n");
-    dice::log::set_sink(prev_sink);
-  }
+  run->progress = nullptr;
+  progress.reset();
   if (!reports)
     return reports.error();
   run_summary sum;
@@ -828,7 +664,8 @@ caf::expected<run_summary> run_training(caf::actor_system& sys,
     dice::log::info(rep.node, "report " + dice::to_json(rep));
   }
   collect_results(*run, sum);
-  write_plot(*run, evaluator_node);
+  demo::write_eval_plot(opts.out, run->evals, "DQN CartPole-v1",
+                        opts.stop_value, opts.plot, evaluator_node);
   write_summary(opts, sum, "summary.json");
   return sum;
 }
@@ -933,8 +770,13 @@ caf::expected<run_summary> run_node(caf::actor_system& sys,
   if (opts.max_seconds > 0)
     nro.deadline = std::chrono::duration_cast<caf::timespan>(
       std::chrono::duration<double>(opts.max_seconds + 120));
+  std::optional<demo::progress_line> progress;
+  progress.emplace(opts.progress);
+  run->progress = opts.progress ? &*progress : nullptr;
   run->start = clock_type::now();
   auto rep = node->run(std::move(pipe), nro);
+  run->progress = nullptr;
+  progress.reset();
   node->stop();
   if (!rep)
     return rep.error();
@@ -951,7 +793,8 @@ caf::expected<run_summary> run_node(caf::actor_system& sys,
   sum.stop_reason = rep->stop_reason;
   collect_results(*run, sum);
   if (evaluates)
-    write_plot(*run, id);
+    demo::write_eval_plot(opts.out, run->evals, "DQN CartPole-v1",
+                          opts.stop_value, opts.plot, id);
   write_summary(opts, sum, "summary-" + std::to_string(id) + ".json");
   return sum;
 }

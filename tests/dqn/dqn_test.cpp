@@ -278,9 +278,9 @@ TEST(EndToEnd, ShortInProcessRunBeatsARandomPolicy) {
   EXPECT_TRUE(std::filesystem::exists(dir / "best.pt"));
   EXPECT_TRUE(std::filesystem::exists(dir / "summary.json"));
   auto metrics = read_all(dir / "metrics.jsonl");
-  EXPECT_NE(metrics.find("\"role\": \"learner\""), std::string::npos);
-  EXPECT_NE(metrics.find("\"role\": \"evaluator\""), std::string::npos);
-  EXPECT_NE(metrics.find("\"role\": \"collector\""), std::string::npos);
+  EXPECT_NE(metrics.find("\"role\":\"learner\""), std::string::npos);
+  EXPECT_NE(metrics.find("\"role\":\"evaluator\""), std::string::npos);
+  EXPECT_NE(metrics.find("\"role\":\"collector\""), std::string::npos);
   // The best checkpoint plays as well as its evaluation said.
   auto returns = run_eval_only((dir / "best.pt").string(), opts, 10);
   ASSERT_TRUE(returns);

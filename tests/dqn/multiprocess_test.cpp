@@ -89,13 +89,13 @@ TEST(Multiprocess, ThreeProcessesBeatARandomPolicy) {
   EXPECT_TRUE(fs::exists(out.dir / "best.pt"));
   EXPECT_TRUE(fs::exists(out.dir / "eval_return.dat"));
   EXPECT_FALSE(fs::exists(out.dir / "metrics.jsonl"));
-  EXPECT_NE(read_all(out.dir / "metrics-0.jsonl").find("\"role\": \"learner\""),
+  EXPECT_NE(read_all(out.dir / "metrics-0.jsonl").find("\"role\":\"learner\""),
             std::string::npos);
   EXPECT_NE(
-    read_all(out.dir / "metrics-1.jsonl").find("\"role\": \"evaluator\""),
+    read_all(out.dir / "metrics-1.jsonl").find("\"role\":\"evaluator\""),
     std::string::npos);
   EXPECT_NE(
-    read_all(out.dir / "metrics-2.jsonl").find("\"role\": \"collector\""),
+    read_all(out.dir / "metrics-2.jsonl").find("\"role\":\"collector\""),
     std::string::npos);
 }
 
