@@ -12,6 +12,7 @@
 #include "dice/errc.hpp"
 #include "dice/log.hpp"
 #include "dice/middleware.hpp"
+#include "dice/torch/checkpoint.hpp"
 #include "dice/torch/model.hpp"
 
 #include "caf/actor_system.hpp"
@@ -72,14 +73,15 @@ struct shared_run {
   }
 };
 
-/// Writes `net` as a TorchScript-readable archive (torch.jit.load in
-/// Python), through a temporary file and a rename.
+/// Writes `net`'s state_dict as a checkpoint Python's `torch.load` reads
+/// (a dict of tensors; dice::save_checkpoint, docs/storage.md), through a
+/// temporary file and a rename. Throws std::runtime_error.
 void save_checkpoint(actor_critic& net, const std::string& path) {
-  auto tmp = path + ".tmp";
-  std::shared_ptr<torch::nn::Module> m = net.ptr();
-  torch::save(m, tmp);
-  if (std::rename(tmp.c_str(), path.c_str()) != 0)
-    throw std::runtime_error("cannot rename " + tmp + " to " + path);
+  auto snap = dice::to_snapshot(*net);
+  if (!snap)
+    throw std::runtime_error(dice::render(snap.error()));
+  if (auto err = dice::save_checkpoint(*snap, path))
+    throw std::runtime_error(dice::render(err));
 }
 
 /// A model's version as the PPO learner counts it: learner iterations the
@@ -654,23 +656,13 @@ caf::expected<run_summary> run_node(caf::actor_system& sys,
 caf::expected<std::vector<double>> run_eval_only(const std::string& checkpoint,
                                                  const run_options& opts) {
   actor_critic net{opts.algo.hidden};
-  try {
-    actor_critic tmp{opts.algo.hidden};
-    std::shared_ptr<torch::nn::Module> m = tmp.ptr();
-    torch::load(m, checkpoint);
-    auto want = net->named_parameters(true);
-    for (auto& kvp : tmp->named_parameters(true)) {
-      auto* dst = want.find(kvp.key());
-      if (dst == nullptr || dst->sizes() != kvp.value().sizes())
-        throw std::runtime_error(
-          "tensor '" + kvp.key()
-          + "' does not fit the network (wrong --hidden?)");
-    }
-    copy_weights(net, tmp);
-  } catch (const std::exception& e) {
+  // Names, shapes and dtypes are checked before anything is written.
+  auto snap = dice::load_checkpoint(checkpoint);
+  auto err = snap ? dice::load_snapshot(*net, *snap) : snap.error();
+  if (err)
     return dice::make_error(dice::errc::invalid_config,
-                            "cannot load " + checkpoint + ": " + e.what());
-  }
+                            "cannot load " + checkpoint + ": "
+                              + dice::render(err));
   return evaluate_greedy(net, opts.eval_episodes, opts.seed);
 }
 
