@@ -521,6 +521,7 @@ caf::expected<node_report> node::run(pipeline pipe, node_run_options opts) {
   rc.wait_for_start = true;
   rc.print_report = opts.print_report;
   rc.report_to = caf::actor_cast<caf::actor>(self);
+  rc.detached = opts.detached_role;
   rc.restarts = cfg_.restart_count;
   role_supervisor sup{std::move(rc), std::move(pipe),
                       opts.max_restarts >= 0 ? opts.max_restarts

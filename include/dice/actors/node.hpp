@@ -202,6 +202,8 @@ struct node_run_options {
   /// Builds the pipeline of a restarted role actor; empty: the pipeline
   /// given to `run` is reused with the state its middleware kept.
   std::function<pipeline()> rebuild;
+  /// Run the role actor on its own thread (see role_config::detached).
+  bool detached_role = true;
 };
 
 /// One node of a cluster: its bus, published through the middleman and

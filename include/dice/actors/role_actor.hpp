@@ -76,6 +76,11 @@ struct role_config {
   std::int64_t restarts_left = 0;
   /// Restarts before this incarnation (node_report::restarts).
   std::int64_t restarts = 0;
+  /// Run on its own thread (CAF `detached`): middleware that trains,
+  /// evaluates or writes files then never holds a worker of the pool the
+  /// bus routes on (bench/router_latency_bench). Ignored on CAF's test
+  /// coordinator (deterministic mode), where every actor shares one thread.
+  bool detached = true;
 };
 
 /// State of a role actor; implements the services middleware sees.
@@ -234,5 +239,9 @@ struct role_state : node_services {
 role_actor::behavior_type
 role_runner(role_actor::stateful_pointer<role_state> self, role_config cfg,
             pipeline pipe);
+
+/// Spawns a role actor running `pipe`: detached when `cfg.detached` and
+/// `sys` is not deterministic (see dice/actors/scheduling.hpp).
+role_actor spawn_role(caf::actor_system& sys, role_config cfg, pipeline pipe);
 
 } // namespace dice
