@@ -7,6 +7,7 @@
 #include "dice/actors/role_supervisor.hpp"
 #include "dice/errc.hpp"
 #include "dice/log.hpp"
+#include "dice/net/data_plane.hpp"
 #include "dice/net/dialer.hpp"
 #include "dice/net/handover.hpp"
 #include "dice/type_ids.hpp"
@@ -262,6 +263,9 @@ node_system_config::node_system_config() {
     .add(insecure, "insecure",
          "listen beyond loopback with neither secret nor TLS (anyone who "
          "reaches the port may join)")
+    .add(data_channel, "data-channel",
+         "send large snapshots to peers on data connections beside BASP "
+         "(false: BASP only)")
     .add(secret_file, "secret-file",
          "file with the cluster secret (peers must know it)")
     .add(deterministic, "deterministic",
@@ -291,6 +295,7 @@ caf::expected<node_config> make_node_config(const node_system_config& cfg) {
                           + "'");
     result.restart_count = static_cast<std::int64_t>(n);
   }
+  result.data_channel = cfg.data_channel;
   if (!cfg.secret_file.empty()) {
     auto secret = load_secret(cfg.secret_file);
     if (!secret)
@@ -433,6 +438,19 @@ caf::expected<node> node::start(caf::actor_system& sys, node_config cfg) {
   // Peers are dialled raw and authenticated before BASP sees the socket.
   bc.dialer = net::spawn_dialer(
     sys, net::dialer_config{c.id, c.secret, bc.tls, c.connect_timeout});
+  if (c.distributed && c.data_channel) {
+    net::data_plane_config dc;
+    dc.node = c.id;
+    dc.secret = c.secret;
+    dc.tls = bc.tls;
+    dc.connect_timeout = c.connect_timeout;
+    result.data_ = net::data_plane::make(sys, std::move(dc));
+    if (bc.tls)
+      log::info(c.id,
+                "TLS is on: snapshots travel over BASP (the data "
+                "connection has no TLS yet)");
+    bc.data = result.data_;
+  }
   result.bus_ = sys.spawn(dice::bus, std::move(bc));
   if (c.distributed && c.listen)
     if (auto err = result.listen())
@@ -454,14 +472,21 @@ caf::error node::listen() {
   auto tls = c.tls.any();
   auto port = std::make_shared<std::uint16_t>(0);
   auto node_id = c.id;
+  auto data = data_;
   net::listener_config lc{
     c.id, c.host, c.port, c.secret, c.handshake_timeout, c.max_pending};
   // Runs on the listener's thread for each connection that finished the
   // preamble: only then does CAF get the socket.
-  auto handover = [&sys, basp, gate, sigs, tls, port,
-                   node_id](int fd, net::channel ch, const std::string& peer) {
-    // Only the control channel exists yet (the listener refuses others);
-    // a new channel is routed here.
+  auto handover = [&sys, basp, gate, sigs, tls, port, node_id,
+                   data](int fd, net::channel ch, const std::string& peer) {
+    if (ch == net::channel::data) {
+      // Bound to a control session by its ticket, or closed unanswered.
+      if (data && data->enabled())
+        data->accept(fd, peer);
+      else
+        ::close(fd);
+      return;
+    }
     if (ch != net::channel::control) {
       ::close(fd);
       return;
@@ -607,6 +632,8 @@ caf::expected<node_report> node::run(pipeline pipe, node_run_options opts) {
 void node::stop() {
   if (listener_)
     listener_->stop();
+  if (data_)
+    data_->stop();
   if (bus_)
     caf::anon_send_exit(bus_, caf::exit_reason::user_shutdown);
 }

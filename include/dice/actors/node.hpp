@@ -119,6 +119,9 @@ struct node_config {
   /// Listen on a non-loopback address with neither secret nor TLS (logged
   /// as a warning): anyone who reaches the port and speaks dice joins.
   bool insecure = false;
+  /// Large snapshots to peers travel on data connections beside BASP
+  /// (net/data_plane.hpp); false: BASP only, as before protocol v4.
+  bool data_channel = true;
   /// Part of a cluster (false: the embedded single-process mode).
   bool distributed = false;
   /// Cluster secret (empty: none); peers prove they know it before any
@@ -173,6 +176,8 @@ class node_system_config : public caf::actor_system_config {
   std::size_t max_pending = 64;
   /// dice.insecure.
   bool insecure = false;
+  /// dice.data-channel.
+  bool data_channel = true;
   /// dice.secret-file: a file holding the cluster secret.
   std::string secret_file;
   /// dice.deterministic: run the embedded (one-process) mode on one thread
@@ -244,6 +249,12 @@ class node {
     return cfg_;
   }
 
+  /// The data plane (null when off: `data_channel` false, or not
+  /// distributed).
+  const std::shared_ptr<net::data_plane>& data_plane() const noexcept {
+    return data_;
+  }
+
   /// Runs `pipe` as this node's role actor until the cluster finishes;
   /// returns its report.
   caf::expected<node_report> run(pipeline pipe, node_run_options opts = {});
@@ -264,6 +275,7 @@ class node {
   bus_actor bus_;
   std::uint16_t port_ = 0;
   std::shared_ptr<net::listener> listener_;
+  std::shared_ptr<net::data_plane> data_;
 };
 
 } // namespace dice
