@@ -300,6 +300,7 @@ int publisher_main(int argc, char** argv) {
   if (dp && path == "shm" && !dp->wait_same_host(0, 10s))
     _exit(3);
   auto x = make_snapshot(num(argc, argv, "size", 6'800'000));
+  x.sender = node; // peers refuse a snapshot that names another node
   for (std::int64_t v = 1;; ++v) {
     x.version = v;
     self->send(bus, dice::publish_atom::value, std::string{"model"}, node,

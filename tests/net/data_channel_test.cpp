@@ -32,14 +32,17 @@ namespace {
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
 
-dice::model_snapshot make_snapshot(std::size_t n, std::int64_t version) {
+// A snapshot published by node `sender` (peers refuse one that names
+// another node).
+dice::model_snapshot make_snapshot(std::size_t n, std::int64_t version,
+                                   std::uint32_t sender = 0) {
   std::vector<std::uint8_t> bytes(n);
   for (std::size_t i = 0; i < n; ++i)
     bytes[i] = static_cast<std::uint8_t>(i * 7 + version);
   dice::snapshot_builder b{dice::snapshot_builder::padded(n)};
   b.add("w", dice::dtype::uint8, {static_cast<std::int64_t>(n)}, bytes.data(),
         n);
-  return b.build(0, 1, version, 0);
+  return b.build(sender, 1, version, 0);
 }
 
 bool is_snapshot(const caf::message& x) {
@@ -119,11 +122,14 @@ class DataChannel : public ::testing::Test {
   }
 
   void connect(dice::node& client, dice::node& server) {
+    // Each bus takes control messages from its own node's actors only.
     caf::scoped_actor self{system_of(client)};
+    caf::scoped_actor at_server{system_of(server)};
     self->send(client.bus(), dice::attach_atom::value, std::string{"127.0.0.1"},
                server.port());
     std::uint32_t got = 0;
-    self->request(server.bus(), 5s, dice::peers_atom::value, std::uint32_t{1})
+    at_server
+      ->request(server.bus(), 5s, dice::peers_atom::value, std::uint32_t{1})
       .receive(
         [&](std::uint32_t x) {
           got = x;
@@ -194,7 +200,7 @@ TEST_F(DataChannel, LargeSnapshotsTravelBesideBaspInBothDirections) {
   auto got = next(*at_client);
   ASSERT_TRUE(is_snapshot(got));
   EXPECT_TRUE(same_bytes(got.get_as<dice::model_snapshot>(1), x));
-  auto y = make_snapshot(3'000'000, 2);
+  auto y = make_snapshot(3'000'000, 2, 1);
   publish(*at_client, client, caf::make_message(std::string{"model"}, y));
   got = next(*at_server);
   ASSERT_TRUE(is_snapshot(got));
@@ -260,7 +266,7 @@ TEST_F(DataChannel, FallsBackToBaspWhenTheDataConnectionCannotOpen) {
   connect(client, server);
   EXPECT_FALSE(client.data_plane()->wait_sendable(0, 5s));
   auto before = dice::net::data_stats();
-  auto x = make_snapshot(9'000'000, 1); // above one BASP chunk (8 MB)
+  auto x = make_snapshot(9'000'000, 1, 1); // above one BASP chunk (8 MB)
   publish(*at_client, client, caf::make_message(std::string{"model"}, x));
   auto got = next(*at_server);
   ASSERT_TRUE(is_snapshot(got));
