@@ -274,8 +274,27 @@ struct exchanger_state {
                      + ": " + why);
   }
 
+  // A learner of a group leaves other learners' collectors alone: no
+  // apply, no ack, no record (their owner may change to this learner later,
+  // whose stream then starts at the collector's lowest unacked delta).
+  bool not_owned(const context_delta& d) const {
+    auto* p = opts.partition.get();
+    return p != nullptr && p->owns && has(role::learner)
+           && d.sender_roles.has(role::collector) && !p->owns(d.sender);
+  }
+
+  void ack_merged() {
+    for (auto& key : to_ack)
+      send_ack(key);
+    to_ack.clear();
+  }
+
   // DI-engine's `put`: each field goes to the roles the spec table names.
   void put(const context_delta& d) {
+    if (not_owned(d)) {
+      ++stats->deltas_not_owned;
+      return;
+    }
     if (auto why = why_invalid(d))
       return refuse_malformed(d, why);
     auto contact = applied.note(d);
@@ -395,10 +414,10 @@ struct exchanger_state {
     box_deltas = 0;
     box_bytes = 0;
     // Acks go out once the data is in the context, so a collector's window
-    // also bounds what waits here (learner backpressure).
-    for (auto& key : to_ack)
-      send_ack(key);
-    to_ack.clear();
+    // also bounds what waits here (learner backpressure); in a group, once
+    // the group counted it (context_partition::ack_now).
+    if (!opts.partition || !opts.partition->defer_acks)
+      ack_merged();
   }
 
   step wait_for_context(caf::timespan timeout) {
@@ -539,6 +558,11 @@ middleware context_exchanger(context_exchanger_options opts) {
                    "unexpected result, please check your code.");
     st->active = true;
     st->handles = detail::handles_of(svc);
+    if (st->opts.partition)
+      st->opts.partition->ack_now = [weak = std::weak_ptr<exchanger_state>{st}] {
+        if (auto s = weak.lock())
+          s->ack_merged();
+      };
     if (st->opts.storage_loader)
       svc.flush_before_done(
         caf::actor_cast<caf::actor>(st->opts.storage_loader));
@@ -585,6 +609,10 @@ middleware context_exchanger(context_exchanger_options opts) {
   result.on_stop = [st](context& ctx) {
     if (st->active && st->box.any)
       st->merge(ctx);
+    // The run is over: what was merged is acknowledged (a group's last
+    // count follows in its own stop hook).
+    if (st->active && st->has(role::learner))
+      st->ack_merged();
     if (st->active) {
       auto& x = *st->stats;
       log::info(st->svc->node_id(),

@@ -8,6 +8,7 @@
 #include "dice/errc.hpp"
 #include "dice/log.hpp"
 #include "dice/net/data_plane.hpp"
+#include "dice/messages/learner_group_hello.hpp"
 #include "dice/net/dialer.hpp"
 #include "dice/net/handover.hpp"
 #include "dice/type_ids.hpp"
@@ -134,10 +135,12 @@ caf::expected<std::vector<endpoint>> parse_endpoints(std::string_view str) {
   return result;
 }
 
-role_set default_roles(std::uint32_t index, std::uint32_t workers) {
-  if (index == 0)
+role_set default_roles(std::uint32_t index, std::uint32_t workers,
+                       std::uint32_t learners) {
+  learners = std::max<std::uint32_t>(learners, 1);
+  if (index < learners)
     return {role::learner};
-  if (index == 1 && workers > 2)
+  if (index == learners && workers > learners + 1)
     return {role::evaluator};
   return {role::collector};
 }
@@ -242,6 +245,8 @@ node_system_config::node_system_config() {
   opt_group{custom_options_, "dice"}
     .add(node_id, "node-id", "this node's id (default: 0, or SLURM_PROCID)")
     .add(workers, "workers", "nodes in the cluster")
+    .add(learners, "learners",
+         "learner nodes (0..L-1) forming one data-parallel group (1)")
     .add(roles, "roles", "roles, e.g. learner (default: by node id)")
     .add(host, "host", "address to listen on (default: all)")
     .add(port, "port", "port to listen on (0: any free port)")
@@ -319,6 +324,11 @@ caf::expected<node_config> make_node_config(const node_system_config& cfg) {
     return nodes.error();
   result.nodes = std::move(*nodes);
   result.workers = static_cast<std::uint32_t>(cfg.workers);
+  if (cfg.learners < 1 || cfg.learners > 65536)
+    return make_error(errc::invalid_config,
+                      "dice.learners must be 1..65536, not "
+                        + std::to_string(cfg.learners));
+  result.learners = static_cast<std::uint32_t>(cfg.learners);
   auto slurm_id = env("SLURM_PROCID");
   if (cfg.node_id >= 0) {
     if (cfg.node_id > 0xFFFFFFFF)
@@ -393,7 +403,8 @@ caf::expected<node_config> make_node_config(const node_system_config& cfg) {
       return rs.error();
     result.roles = *rs;
   } else {
-    result.roles = default_roles(result.index, result.workers);
+    result.roles = default_roles(result.index, result.workers,
+                                 result.learners);
   }
   // Peers named by the topology come first, then the explicit ones.
   auto peers = topology_peers(result.topo, result.index, result.nodes);
@@ -414,7 +425,7 @@ caf::expected<node_config> make_node_config(const node_system_config& cfg) {
 
 caf::expected<node> node::start(caf::actor_system& sys, node_config cfg) {
   if (cfg.roles.empty())
-    cfg.roles = default_roles(cfg.index, cfg.workers);
+    cfg.roles = default_roles(cfg.index, cfg.workers, cfg.learners);
   node result{sys, std::move(cfg)};
   auto& c = result.cfg_;
   bus_config bc;
@@ -434,7 +445,9 @@ caf::expected<node> node::start(caf::actor_system& sys, node_config cfg) {
                         "openssl module (use dice::node_system_config)");
   }
   // A node that (re)joins gets the latest model and train_iter at once.
-  bc.retained_topics = {model_topic, context_topic(role::learner)};
+  // So does a learner of a group: rank 0's rendezvous address.
+  bc.retained_topics = {model_topic, context_topic(role::learner),
+                        learner_group_topic};
   // Peers are dialled raw and authenticated before BASP sees the socket.
   bc.dialer = net::spawn_dialer(
     sys, net::dialer_config{c.id, c.secret, bc.tls, c.connect_timeout});

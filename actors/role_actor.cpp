@@ -551,6 +551,9 @@ role_runner(role_actor::stateful_pointer<role_state> self, role_config cfg,
       if (admit(self, "a storage reference"))
         self->state.dispatch(topic, self->current_mailbox_element()->content());
     },
+    [=](const std::string& topic, const std::string&) {
+      self->state.dispatch(topic, self->current_mailbox_element()->content());
+    },
     [=](const finish& x) {
       if (admit(self, "a finish"))
         self->state.on_finish(x);

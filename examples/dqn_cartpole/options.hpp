@@ -96,6 +96,15 @@ struct run_options {
   bool progress = true;
   /// Write OUT/eval_return.png with gnuplot.
   bool plot = true;
+  /// Learners forming one data-parallel group (docs/learner_group.md): in
+  /// one process each is its own node; in a cluster dice.learners says it.
+  std::uint32_t learners = 1;
+  /// With a group: "bucketed" or "flat" gradient all-reduce.
+  std::string reduce = "bucketed";
+  /// With a group: every this many group iterations, each learner writes
+  /// its parameter digest to OUT/digests-NODE.txt and the group checks that
+  /// all digests are equal (0: never).
+  std::int64_t verify_every = 0;
   /// The algorithm.
   dqn_config algo;
 };
@@ -163,7 +172,8 @@ caf::expected<run_summary> run_node(caf::actor_system& sys,
                                     const dice::node_config& node);
 
 /// Collectors among `workers` nodes with the default roles.
-std::uint32_t default_collectors(std::uint32_t workers);
+std::uint32_t default_collectors(std::uint32_t workers,
+                                 std::uint32_t learners = 1);
 
 /// Loads `checkpoint` and returns the returns of `episodes` greedy episodes.
 caf::expected<std::vector<double>> run_eval_only(const std::string& checkpoint,

@@ -16,6 +16,7 @@
 
 #include "cartpole.hpp"
 #include "dqn.hpp"
+#include "group.hpp"
 #include "options.hpp"
 #include "outputs.hpp"
 #include <unistd.h>
@@ -177,14 +178,18 @@ dice::middleware collect_step(std::shared_ptr<shared_run> run, q_network net,
 
 /// Feeds ctx.trajectories into the replay buffer, records their policy lag,
 /// runs updates_per_step gradient steps per new transition, prints the
-/// progress line and writes latest.pt.
+/// progress line and writes latest.pt. With a learner group (`group`) the
+/// learners agree on the gradient steps and average their gradients; only
+/// rank 0 reports and writes latest.pt.
 dice::middleware train_step(std::shared_ptr<shared_run> run, q_network net,
-                            std::uint32_t node) {
+                            std::uint32_t node,
+                            std::shared_ptr<group_trainer> group = nullptr) {
   struct state {
     std::shared_ptr<shared_run> run;
     dqn_learner learner;
     std::uint32_t node;
     dice::node_services* svc = nullptr;
+    std::shared_ptr<group_trainer> group;
     double owed_updates = 0;
     float last_loss = std::numeric_limits<float>::quiet_NaN();
     clock_type::time_point last_print = clock_type::now();
@@ -296,6 +301,13 @@ dice::middleware train_step(std::shared_ptr<shared_run> run, q_network net,
     }
   };
   auto st = std::make_shared<state>(std::move(run), std::move(net), node);
+  st->group = std::move(group);
+  if (st->group) {
+    st->group->attach(st->learner);
+    if (st->run->opts.verify_every > 0)
+      st->group->digests.open(
+        path_in(st->run->opts, "digests-" + std::to_string(node) + ".txt"));
+  }
   dice::middleware m;
   m.name = "train";
   m.attach = [st](dice::node_services& svc) {
@@ -303,10 +315,15 @@ dice::middleware train_step(std::shared_ptr<shared_run> run, q_network net,
   };
   m.before = [st](dice::context& ctx) -> dice::step {
     auto& run = *st->run;
+    // In a group only rank 0 is "the learner" that reports and saves.
+    bool lead = !st->group || st->group->member->rank() == 0;
     if (ctx.total_step == 0) {
       ctx.train_iter = run.resume_train_iter;
-      ctx.env_step += run.resume_env_step;
-      ctx.env_episode += run.resume_env_episode;
+      // A group counts the resumed steps once.
+      if (lead) {
+        ctx.env_step += run.resume_env_step;
+        ctx.env_episode += run.resume_env_episode;
+      }
       // Scripts time a restarted learner by this line.
       dice::log::info(st->node,
                       "learner iterating from env_step "
@@ -322,7 +339,8 @@ dice::middleware train_step(std::shared_ptr<shared_run> run, q_network net,
     // Lag: how many models this learner sent since the one that acted
     // (a collector's initial, never-loaded model counts as version 0).
     std::size_t fresh = 0;
-    {
+    // In a group rank 0 alone publishes models, so it alone measures lag.
+    if (lead) {
       std::lock_guard<std::mutex> guard{run.mtx};
       for (auto& p : ctx.trajectories) {
         auto lag = std::max<std::int64_t>(ctx.model_version, 0)
@@ -340,6 +358,29 @@ dice::middleware train_step(std::shared_ptr<shared_run> run, q_network net,
     for (auto& b : *batches) {
       st->learner.add(b);
       fresh += b.size();
+    }
+    if (st->group) {
+      auto& opts = run.opts;
+      bool stop = st->svc->finished()
+        || (opts.max_env_steps > 0 && ctx.env_step >= opts.max_env_steps)
+        || (opts.max_seconds > 0 && run.seconds() >= opts.max_seconds);
+      auto res = st->group->iterate(ctx, st->learner, opts, fresh, stop);
+      if (res.steps > 0)
+        st->last_loss = res.loss;
+      if (lead)
+        st->report(ctx, false);
+      if (lead && clock_type::now() - st->last_save >= std::chrono::seconds{10}) {
+        st->last_save = clock_type::now();
+        st->save(ctx);
+      }
+      if (res.stop && !st->svc->finished())
+        st->svc->request_finish(
+          opts.max_env_steps > 0 && ctx.env_step >= opts.max_env_steps
+            ? "max_env_steps"
+            : opts.max_seconds > 0 && run.seconds() >= opts.max_seconds
+            ? "max_seconds"
+            : "finish");
+      return dice::proceed;
     }
     if (st->learner.ready()) {
       st->owed_updates += static_cast<double>(fresh)
@@ -365,6 +406,19 @@ dice::middleware train_step(std::shared_ptr<shared_run> run, q_network net,
     return dice::proceed;
   };
   m.on_stop = [st](dice::context& ctx) {
+    if (st->group) {
+      // Count what arrived after the last iteration (the context exchanger
+      // merged it just before this hook), then leave: peers stop waiting.
+      std::vector<double> extra{0, 1};
+      if (st->group->member->group() != nullptr)
+        if (!st->group->member->sync(ctx, extra, true))
+          dice::log::warning(st->node,
+                             "learner group: the last count failed; env_step "
+                             "of this report is this learner's view");
+      st->group->member->leave();
+      if (st->group->member->rank() != 0)
+        return;
+    }
     st->save(ctx);
     st->report(ctx, true);
   };
@@ -587,6 +641,16 @@ void write_summary(const run_options& opts, const run_summary& sum,
   }
 }
 
+/// The address a group's learner binds Gloo to and publishes as rank 0:
+/// the node's listen address, else its entry in dice.nodes, else loopback.
+std::string group_address(const dice::node_config& cfg) {
+  if (!cfg.host.empty() && cfg.host != "0.0.0.0" && cfg.host != "::")
+    return cfg.host;
+  if (cfg.index < cfg.nodes.size() && !cfg.nodes[cfg.index].host.empty())
+    return cfg.nodes[cfg.index].host;
+  return "127.0.0.1";
+}
+
 } // namespace
 
 caf::expected<run_summary> run_training(caf::actor_system& sys,
@@ -600,6 +664,8 @@ caf::expected<run_summary> run_training(caf::actor_system& sys,
   std::optional<demo::progress_line> progress;
   progress.emplace(opts.progress);
   run->progress = opts.progress ? &*progress : nullptr;
+  // Role actors run on their own threads (role_config::detached), so a
+  // group's learners blocking in collectives hold no worker the others need.
   std::vector<dice::local_node> nodes;
   try {
     torch::manual_seed(opts.seed);
@@ -616,8 +682,41 @@ caf::expected<run_summary> run_training(caf::actor_system& sys,
         .use(std::move(work));
       nodes.push_back(dice::local_node{id, {r}, std::move(p)});
     };
-    add(learner_node, dice::role::learner, learner_models(learner_net, opts),
-        train_step(run, learner_net, learner_node));
+    if (opts.learners <= 1) {
+      add(learner_node, dice::role::learner, learner_models(learner_net, opts),
+          train_step(run, learner_net, learner_node));
+    } else {
+      // Rank 0 is node 0 (it alone publishes models); ranks 1.. follow the
+      // collectors' ids. Each learner is its own node: the group forms
+      // through the bus and all-reduces over loopback.
+      auto mode = opts.reduce == "flat" ? dice::reduce_mode::flat
+                                        : dice::reduce_mode::bucketed;
+      for (std::uint32_t r = 0; r < opts.learners; ++r) {
+        auto id = r == 0 ? learner_node
+                         : first_collector_node + opts.collectors + r - 1;
+        auto net = learner_net;
+        if (r > 0) {
+          net = make_net(opts, resume_from);
+          hard_update(*net, *learner_net);
+        }
+        dice::learner_group_member_options mo;
+        mo.rank = static_cast<int>(r);
+        mo.size = static_cast<int>(opts.learners);
+        mo.mode = mode;
+        auto trainer = std::make_shared<group_trainer>();
+        trainer->member = std::make_shared<dice::learner_group_member>(mo);
+        dice::context_exchanger_options co;
+        co.partition = trainer->member->partition();
+        dice::pipeline p;
+        p.use(trainer->member->make_middleware())
+          .use(dice::context_exchanger(co));
+        if (r == 0)
+          p.use(learner_models(net, opts));
+        p.use(train_step(run, net, id, trainer));
+        nodes.push_back(
+          dice::local_node{id, {dice::role::learner}, std::move(p)});
+      }
+    }
     add(evaluator_node, dice::role::evaluator,
         dice::model_exchanger(dice::model_port_of(eval_net.ptr())),
         eval_step(run, eval_net, evaluator_node));
@@ -633,7 +732,10 @@ caf::expected<run_summary> run_training(caf::actor_system& sys,
                             std::string{"cannot build the nodes: "} + e.what());
   }
   dice::log::info(learner_node,
-                  "DQN on CartPole-v1: 1 learner, 1 evaluator, "
+                  "DQN on CartPole-v1: " + std::to_string(opts.learners)
+                    + (opts.learners > 1 ? " learners (one group)"
+                                         : " learner")
+                    + ", 1 evaluator, "
                     + std::to_string(opts.collectors) + " collectors x "
                     + std::to_string(opts.envs_per_collector) + " envs, "
                     + (opts.periodical ? "periodical" : "per-iteration")
@@ -670,10 +772,11 @@ caf::expected<run_summary> run_training(caf::actor_system& sys,
   return sum;
 }
 
-std::uint32_t default_collectors(std::uint32_t workers) {
+std::uint32_t default_collectors(std::uint32_t workers,
+                                 std::uint32_t learners) {
   std::uint32_t n = 0;
   for (std::uint32_t i = 0; i < workers; ++i)
-    if (dice::default_roles(i, workers).has(dice::role::collector))
+    if (dice::default_roles(i, workers, learners).has(dice::role::collector))
       ++n;
   return n;
 }
@@ -684,8 +787,9 @@ caf::expected<run_summary> run_node(caf::actor_system& sys,
   auto run = std::make_shared<shared_run>();
   run->opts = opts;
   run->distributed = true;
-  auto roles = cfg.roles.empty() ? dice::default_roles(cfg.index, cfg.workers)
-                                 : cfg.roles;
+  auto roles = cfg.roles.empty()
+    ? dice::default_roles(cfg.index, cfg.workers, cfg.learners)
+    : cfg.roles;
   auto id = cfg.id;
   // One pipeline per process; a node with several roles runs the first of
   // learner, evaluator, collector (the exchangers serve one role well).
@@ -694,8 +798,13 @@ caf::expected<run_summary> run_node(caf::actor_system& sys,
                                              : dice::role::collector;
   // Without an evaluator node (a 2-node cluster) the learner evaluates, so
   // the stop value still ends the run.
+  // A group's learners are nodes 0..L-1 (their rank is the index), rank 0
+  // evaluates when no node is left for an evaluator.
+  bool grouped = role == dice::role::learner && cfg.learners > 1;
+  int rank = grouped ? static_cast<int>(cfg.index) : 0;
   bool evaluates = role == dice::role::evaluator
-    || (role == dice::role::learner && cfg.workers == 2);
+    || (role == dice::role::learner && rank == 0
+        && cfg.workers <= cfg.learners + 1);
   // A learner that dice-launch started again resumes from its last
   // checkpoint (no --resume needed); other nodes get its model anyway.
   if (cfg.restart_count > 0 && role == dice::role::learner && !opts.resume) {
@@ -729,12 +838,34 @@ caf::expected<run_summary> run_node(caf::actor_system& sys,
     auto net = make_net(opts, *resume);
     // A restarted learner greets collectors that wait for its model (they
     // would otherwise wait for data while it waits for theirs).
-    if (role == dice::role::learner)
+    std::shared_ptr<group_trainer> trainer;
+    dice::context_exchanger_options co;
+    if (grouped) {
+      if (cfg.index >= cfg.learners)
+        throw std::runtime_error("a learner of a group of "
+                                 + std::to_string(cfg.learners)
+                                 + " must be one of nodes 0.."
+                                 + std::to_string(cfg.learners - 1));
+      dice::learner_group_member_options mo;
+      mo.rank = rank;
+      mo.size = static_cast<int>(cfg.learners);
+      mo.address = group_address(cfg);
+      mo.mode = opts.reduce == "flat" ? dice::reduce_mode::flat
+                                      : dice::reduce_mode::bucketed;
+      trainer = std::make_shared<group_trainer>();
+      trainer->member = std::make_shared<dice::learner_group_member>(mo);
+      co.partition = trainer->member->partition();
+      pipe.use(trainer->member->make_middleware());
+    }
+    // Rank 0 alone greets the collectors and publishes models.
+    if (role == dice::role::learner && rank == 0)
       pipe.use(dice::learner_hello(dice::model_port_of(net.ptr())));
-    pipe.use(dice::context_exchanger());
+    pipe.use(dice::context_exchanger(co));
     switch (role) {
       case dice::role::learner:
-        pipe.use(learner_models(net, opts)).use(train_step(run, net, id));
+        if (rank == 0)
+          pipe.use(learner_models(net, opts));
+        pipe.use(train_step(run, net, id, trainer));
         if (evaluates)
           pipe.use(eval_step(run, net, id));
         break;

@@ -57,7 +57,11 @@ caf::expected<std::vector<endpoint>> parse_endpoints(std::string_view str);
 
 /// Roles by position, as DI-engine's examples assign them: 0 learner, 1
 /// evaluator when the cluster has more than 2 nodes, the rest collectors.
-role_set default_roles(std::uint32_t index, std::uint32_t workers);
+/// With `learners` > 1: 0..learners-1 learners (a data-parallel group,
+/// docs/learner_group.md), then the evaluator when nodes are left for
+/// collectors too, then collectors.
+role_set default_roles(std::uint32_t index, std::uint32_t workers,
+                       std::uint32_t learners = 1);
 
 /// The nodes that the node at `index` attaches to in `topo`, given the
 /// addresses of all nodes in order (DI-engine: mesh `nodes[:i]`, star
@@ -86,7 +90,9 @@ struct node_config {
   std::uint32_t index = 0;
   /// Nodes in the cluster.
   std::uint32_t workers = 1;
-  /// Roles; empty picks `default_roles(index, workers)`.
+  /// Learner nodes (indices 0..learners-1): they form a data-parallel group.
+  std::uint32_t learners = 1;
+  /// Roles; empty picks `default_roles(index, workers, learners)`.
   role_set roles;
   /// Address to listen on ("" = every interface). A node that listens on
   /// more than loopback refuses to start with neither `secret` nor `tls`,
@@ -149,6 +155,8 @@ class node_system_config : public caf::actor_system_config {
   std::int64_t node_id = -1;
   /// dice.workers (0: not set).
   std::size_t workers = 0;
+  /// dice.learners: learner nodes forming one data-parallel group.
+  std::size_t learners = 1;
   /// dice.roles ("": by node id).
   std::string roles;
   /// dice.host.

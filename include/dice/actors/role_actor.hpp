@@ -34,6 +34,8 @@ using role_actor = caf::typed_actor<
   caf::reacts_to<std::string, context_delta>,
   caf::reacts_to<std::string, model_snapshot>,
   caf::reacts_to<std::string, storage_ref>,
+  // short text on a topic (a learner group's rendezvous, learner_group_hello.hpp)
+  caf::reacts_to<std::string, std::string>,
   caf::reacts_to<finish>,
   caf::reacts_to<start_atom>,
   caf::replies_to<ready_atom>::with<bool>,
