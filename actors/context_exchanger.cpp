@@ -60,6 +60,9 @@ struct exchanger_state {
 
   detail::applied_deltas applied;
 
+  // The latest epoch of each collector (a learner group's watermarks).
+  std::map<std::uint32_t, std::uint64_t> last_epoch;
+
   // Senders whose deltas were applied since the last merge (acked then).
   std::set<sender_key> to_ack;
 
@@ -297,6 +300,8 @@ struct exchanger_state {
     }
     if (auto why = why_invalid(d))
       return refuse_malformed(d, why);
+    if (d.sender_roles.has(role::collector))
+      last_epoch[d.sender] = d.epoch;
     auto contact = applied.note(d);
     if (contact.first && contact.base > 1 && has(role::learner))
       log::info(svc->node_id(),
@@ -558,11 +563,29 @@ middleware context_exchanger(context_exchanger_options opts) {
                    "unexpected result, please check your code.");
     st->active = true;
     st->handles = detail::handles_of(svc);
-    if (st->opts.partition)
-      st->opts.partition->ack_now = [weak = std::weak_ptr<exchanger_state>{st}] {
+    if (auto& p = st->opts.partition) {
+      std::weak_ptr<exchanger_state> weak = st;
+      p->ack_now = [weak] {
         if (auto s = weak.lock())
           s->ack_merged();
       };
+      p->watermark = [weak](std::uint32_t c) {
+        std::pair<std::uint64_t, std::uint64_t> result{0, 0};
+        if (auto s = weak.lock()) {
+          auto i = s->last_epoch.find(c);
+          if (i != s->last_epoch.end())
+            result = {i->second, s->applied.upto({c, i->second})};
+        }
+        return result;
+      };
+      p->settle = [weak](std::uint32_t c, std::uint64_t epoch,
+                         std::uint64_t upto) {
+        if (auto s = weak.lock()) {
+          s->applied.settle({c, epoch}, upto);
+          s->last_epoch[c] = epoch;
+        }
+      };
+    }
     if (st->opts.storage_loader)
       svc.flush_before_done(
         caf::actor_cast<caf::actor>(st->opts.storage_loader));

@@ -702,6 +702,7 @@ caf::expected<run_summary> run_training(caf::actor_system& sys,
         dice::learner_group_member_options mo;
         mo.rank = static_cast<int>(r);
         mo.size = static_cast<int>(opts.learners);
+        mo.max_nodes = first_collector_node + opts.collectors + opts.learners;
         mo.mode = mode;
         auto trainer = std::make_shared<group_trainer>();
         trainer->member = std::make_shared<dice::learner_group_member>(mo);
@@ -849,6 +850,7 @@ caf::expected<run_summary> run_node(caf::actor_system& sys,
       dice::learner_group_member_options mo;
       mo.rank = rank;
       mo.size = static_cast<int>(cfg.learners);
+      mo.max_nodes = std::max<std::uint32_t>(cfg.workers, cfg.id + 1);
       mo.address = group_address(cfg);
       mo.mode = opts.reduce == "flat" ? dice::reduce_mode::flat
                                       : dice::reduce_mode::bucketed;

@@ -36,6 +36,9 @@ struct learner_group_member::state {
   std::int64_t env_episode = 0;
   std::int64_t set_env_step = 0;
   std::int64_t set_env_episode = 0;
+  // Per collector, (epoch, seq) up to which the group counted its deltas,
+  // as of the last sync this rank completed.
+  std::map<std::uint32_t, std::pair<std::uint64_t, std::uint64_t>> counted;
 
   std::uint32_t node() const {
     return svc != nullptr ? svc->node_id() : 0;
@@ -223,6 +226,9 @@ struct learner_group_member::state {
           return proceed;
         }
         std::sort(survivors.begin(), survivors.end());
+        std::vector<bool> owned_before;
+        for (auto o : slot_owner)
+          owned_before.push_back(o == cfg.rank);
         // Survivors keep their slots; a lost learner's slots go to the
         // survivors by slot mod survivors.
         for (std::size_t s = 0; s < slot_owner.size(); ++s) {
@@ -231,6 +237,17 @@ struct learner_group_member::state {
           slot_owner[s] = it != survivors.end()
                             ? static_cast<int>(it - survivors.begin())
                             : static_cast<int>(s % survivors.size());
+        }
+        // Collectors this learner takes over: what the group counted of
+        // them is settled here, so their resends are not counted twice.
+        auto new_rank = static_cast<int>(
+          std::find(survivors.begin(), survivors.end(), cfg.rank)
+          - survivors.begin());
+        for (auto& [c, w] : counted) {
+          auto slot = c % slot_owner.size();
+          if (!owned_before[slot] && slot_owner[slot] == new_rank
+              && partition->settle)
+            partition->settle(c, w.first, w.second);
         }
         log::warning(node(), who() + ": re-forming with "
                                + std::to_string(survivors.size())
@@ -341,10 +358,31 @@ caf::expected<bool> learner_group_member::sync(context& ctx,
                                              - s.set_env_episode),
                          stop ? 1.0 : 0.0};
   xs.insert(xs.end(), extra.begin(), extra.end());
+  auto marks = xs.size();
+  auto n = static_cast<std::uint32_t>(s.opts.max_nodes);
+  xs.resize(marks + 3 * static_cast<std::size_t>(n), 0.0);
+  if (s.partition->watermark)
+    for (std::uint32_t c = 0; c < n; ++c) {
+      if (!owns(c))
+        continue;
+      auto [epoch, upto] = s.partition->watermark(c);
+      auto* x = &xs[marks + 3 * c];
+      x[0] = static_cast<double>(upto);
+      x[1] = static_cast<double>(epoch >> 32);
+      x[2] = static_cast<double>(epoch & 0xFFFFFFFFu);
+    }
   if (auto err = g->all_reduce_sum(xs)) {
     fail(err);
     return err;
   }
+  for (std::uint32_t c = 0; c < n; ++c) {
+    auto* x = &xs[marks + 3 * c];
+    if (x[0] > 0)
+      s.counted[c] = {(static_cast<std::uint64_t>(x[1]) << 32)
+                        | static_cast<std::uint64_t>(x[2]),
+                      static_cast<std::uint64_t>(x[0])};
+  }
+  xs.resize(marks);
   // Counted by the group: the collectors may forget these deltas now.
   if (s.partition->ack_now)
     s.partition->ack_now();

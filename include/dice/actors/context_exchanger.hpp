@@ -64,6 +64,13 @@ struct context_partition {
   /// Set by the exchanger when it attaches: acknowledges every delta merged
   /// so far.
   std::function<void()> ack_now;
+  /// Set by the exchanger: the latest epoch heard from `collector` and the
+  /// seq up to which its deltas are settled here ({0, 0}: none heard).
+  std::function<std::pair<std::uint64_t, std::uint64_t>(std::uint32_t)>
+    watermark;
+  /// Set by the exchanger: treats `collector`'s deltas of `epoch` up to
+  /// `upto` as applied (a lost learner's group counted them already).
+  std::function<void(std::uint32_t, std::uint64_t, std::uint64_t)> settle;
 };
 
 /// The topic a learner acknowledges node `collector`'s deltas on.

@@ -45,6 +45,11 @@ struct learner_group_member_options {
   /// After a failed step survivors announce themselves this long before
   /// they re-form without those not heard from.
   caf::timespan reform_window = std::chrono::seconds{2};
+  /// Collector node ids are below this: every sync carries, per collector,
+  /// how far its owner counted its deltas (3 doubles each), so a learner
+  /// that takes a lost learner's collectors over skips what the group
+  /// counted already.
+  std::uint32_t max_nodes = 256;
 };
 
 /// One learner's membership; shared by the middleware it makes, the
