@@ -283,7 +283,7 @@ struct exchanger_state {
   bool not_owned(const context_delta& d) const {
     auto* p = opts.partition.get();
     return p != nullptr && p->owns && has(role::learner)
-           && d.sender_roles.has(role::collector) && !p->owns(d.sender);
+      && d.sender_roles.has(role::collector) && !p->owns(d.sender);
   }
 
   void ack_merged() {

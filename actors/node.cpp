@@ -403,8 +403,7 @@ caf::expected<node_config> make_node_config(const node_system_config& cfg) {
       return rs.error();
     result.roles = *rs;
   } else {
-    result.roles = default_roles(result.index, result.workers,
-                                 result.learners);
+    result.roles = default_roles(result.index, result.workers, result.learners);
   }
   // Peers named by the topology come first, then the explicit ones.
   auto peers = topology_peers(result.topo, result.index, result.nodes);

@@ -1,8 +1,8 @@
 // dice-launch: starts N local processes of a dice program as the nodes of one
 // cluster (the `ditask --parallel-workers N` of dice).
 //
-//   dice-launch --workers N [--learners L] [--topology star|mesh|alone] [--ports P]
-//               [--node-ids I[,I...]] [--attach-to host:port,...]
+//   dice-launch --workers N [--learners L] [--topology star|mesh|alone]
+//               [--ports P] [--node-ids I[,I...]] [--attach-to host:port,...]
 //               [--host ADDR] [--startup-timeout S]
 //               [--max-restarts N] [--restart-backoff S] [--stop-timeout S]
 //               [--dice.secret-file=F] [--openssl.KEY=V ...] -- PROGRAM ...

@@ -1,12 +1,11 @@
 #include "dqn.hpp"
 
-#include <limits>
-
 #include "cartpole.hpp"
 
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <stdexcept>
 
 namespace dqn {

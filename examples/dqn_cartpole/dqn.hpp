@@ -10,8 +10,8 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <deque>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>

@@ -86,7 +86,8 @@ group_trainer::result group_trainer::iterate(dice::context& ctx,
               << '\n'
               << std::flush;
     if (auto err = g->verify_identical(*learner.online())) {
-      dice::log::error(0, "learner group: parameters differ: " + dice::render(err));
+      dice::log::error(
+        0, "learner group: parameters differ: " + dice::render(err));
       member->fail(err);
     }
   }

@@ -369,7 +369,8 @@ dice::middleware train_step(std::shared_ptr<shared_run> run, q_network net,
         st->last_loss = res.loss;
       if (lead)
         st->report(ctx, false);
-      if (lead && clock_type::now() - st->last_save >= std::chrono::seconds{10}) {
+      if (lead
+          && clock_type::now() - st->last_save >= std::chrono::seconds{10}) {
         st->last_save = clock_type::now();
         st->save(ctx);
       }
@@ -734,11 +735,10 @@ caf::expected<run_summary> run_training(caf::actor_system& sys,
   }
   dice::log::info(learner_node,
                   "DQN on CartPole-v1: " + std::to_string(opts.learners)
-                    + (opts.learners > 1 ? " learners (one group)"
-                                         : " learner")
-                    + ", 1 evaluator, "
-                    + std::to_string(opts.collectors) + " collectors x "
-                    + std::to_string(opts.envs_per_collector) + " envs, "
+                    + (opts.learners > 1 ? " learners (one group)" : " learner")
+                    + ", 1 evaluator, " + std::to_string(opts.collectors)
+                    + " collectors x " + std::to_string(opts.envs_per_collector)
+                    + " envs, "
                     + (opts.periodical ? "periodical" : "per-iteration")
                     + " model exchange, seed " + std::to_string(opts.seed)
                     + ", out " + opts.out);
@@ -843,10 +843,9 @@ caf::expected<run_summary> run_node(caf::actor_system& sys,
     dice::context_exchanger_options co;
     if (grouped) {
       if (cfg.index >= cfg.learners)
-        throw std::runtime_error("a learner of a group of "
-                                 + std::to_string(cfg.learners)
-                                 + " must be one of nodes 0.."
-                                 + std::to_string(cfg.learners - 1));
+        throw std::runtime_error(
+          "a learner of a group of " + std::to_string(cfg.learners)
+          + " must be one of nodes 0.." + std::to_string(cfg.learners - 1));
       dice::learner_group_member_options mo;
       mo.rank = rank;
       mo.size = static_cast<int>(cfg.learners);

@@ -46,8 +46,8 @@ struct learner_group_member::state {
 
   std::string who() const {
     return "learner group (generation " + std::to_string(cfg.generation)
-           + ", rank " + std::to_string(cfg.rank) + " of "
-           + std::to_string(cfg.size) + ")";
+      + ", rank " + std::to_string(cfg.rank) + " of " + std::to_string(cfg.size)
+      + ")";
   }
 
   void give_up(const std::string& why) {
@@ -63,8 +63,9 @@ struct learner_group_member::state {
   void fail(const caf::error& err) {
     if (ph != phase::formed)
       return;
-    log::error(node(), who() + ": step failed: " + render(err)
-                         + "; re-forming without the learners lost");
+    log::error(node(),
+               who() + ": step failed: " + render(err)
+                 + "; re-forming without the learners lost");
     if (group)
       group->abort();
     group.reset();
@@ -104,8 +105,8 @@ struct learner_group_member::state {
     auto steps = g.all_gather(owner->progress ? owner->progress() : 0);
     if (!steps)
       return steps.error();
-    auto root = static_cast<int>(
-      std::max_element(steps->begin(), steps->end()) - steps->begin());
+    auto root = static_cast<int>(std::max_element(steps->begin(), steps->end())
+                                 - steps->begin());
     std::vector<double> counters{0, 0};
     if (g.rank() == root)
       counters = {static_cast<double>(env_step),
@@ -184,8 +185,8 @@ struct learner_group_member::state {
       fail(err);
       return proceed;
     }
-    log::info(node(), who() + " formed ("
-                        + to_string(cfg.mode) + " all-reduce)");
+    log::info(node(),
+              who() + " formed (" + to_string(cfg.mode) + " all-reduce)");
     return proceed;
   }
 
@@ -201,9 +202,10 @@ struct learner_group_member::state {
     return wait_for{
       [this, gen] {
         return svc->finished()
-               || alive[gen].size() >= static_cast<std::size_t>(cfg.size);
+          || alive[gen].size() >= static_cast<std::size_t>(cfg.size);
       },
-      opts.reform_window, [this, gen](context& ctx, wait_outcome) -> step {
+      opts.reform_window,
+      [this, gen](context& ctx, wait_outcome) -> step {
         if (svc->finished()) {
           // The other learners stopped because the run is over.
           ph = phase::gone;
@@ -235,8 +237,8 @@ struct learner_group_member::state {
           auto it = std::find(survivors.begin(), survivors.end(),
                               slot_owner[s]);
           slot_owner[s] = it != survivors.end()
-                            ? static_cast<int>(it - survivors.begin())
-                            : static_cast<int>(s % survivors.size());
+            ? static_cast<int>(it - survivors.begin())
+            : static_cast<int>(s % survivors.size());
         }
         // Collectors this learner takes over: what the group counted of
         // them is settled here, so their resends are not counted twice.
@@ -249,10 +251,10 @@ struct learner_group_member::state {
               && partition->settle)
             partition->settle(c, w.first, w.second);
         }
-        log::warning(node(), who() + ": re-forming with "
-                               + std::to_string(survivors.size())
-                               + " learners as generation "
-                               + std::to_string(next->generation));
+        log::warning(
+          node(),
+          who() + ": re-forming with " + std::to_string(survivors.size())
+            + " learners as generation " + std::to_string(next->generation));
         next->address = opts.address;
         cfg = *next;
         ph = phase::forming;
@@ -353,10 +355,9 @@ caf::expected<bool> learner_group_member::sync(context& ctx,
   if (g == nullptr)
     return make_error(errc::unreachable, "the learner group is not formed");
   auto& s = *st_;
-  std::vector<double> xs{static_cast<double>(ctx.env_step - s.set_env_step),
-                         static_cast<double>(ctx.env_episode
-                                             - s.set_env_episode),
-                         stop ? 1.0 : 0.0};
+  std::vector<double> xs{
+    static_cast<double>(ctx.env_step - s.set_env_step),
+    static_cast<double>(ctx.env_episode - s.set_env_episode), stop ? 1.0 : 0.0};
   xs.insert(xs.end(), extra.begin(), extra.end());
   auto marks = xs.size();
   auto n = static_cast<std::uint32_t>(s.opts.max_nodes);

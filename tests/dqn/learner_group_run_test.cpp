@@ -161,12 +161,11 @@ pid_t node_pid(pid_t launcher, int id) {
 // the collectors made: nothing counted twice or lost across the failure.
 TEST(LearnerGroupRun, ClusterSurvivesKillNineOfRankOne) {
   scratch out{"dice_lg_kill"};
-  child_process launch{{bin_dir + "dice-launch", "--workers", "5",
-                        "--learners", "2", "--", bin_dir + "dqn_cartpole",
-                        "--seed=2", "--envs-per-collector=4",
-                        "--max-env-steps=20000", "--max-seconds=60",
-                        "--learning-starts=400", "--stop-value=100000",
-                        "--verify-every=5", "--no-plot",
+  child_process launch{{bin_dir + "dice-launch", "--workers", "5", "--learners",
+                        "2", "--", bin_dir + "dqn_cartpole", "--seed=2",
+                        "--envs-per-collector=4", "--max-env-steps=20000",
+                        "--max-seconds=60", "--learning-starts=400",
+                        "--stop-value=100000", "--verify-every=5", "--no-plot",
                         "--out=" + out.dir.string()}};
   ASSERT_TRUE(launch.wait_for(std::regex{R"(\[node 1\].*formed)"}, 60s))
     << launch.text();

@@ -19,8 +19,7 @@ namespace dice {
 inline constexpr const char learner_group_topic[] = "learner_group";
 
 /// Topic on which survivors of a failed step announce themselves.
-inline constexpr const char learner_group_alive_topic[]
-  = "learner_group_alive";
+inline constexpr const char learner_group_alive_topic[] = "learner_group_alive";
 
 /// Rank 0's rendezvous: where generation `generation` of the group forms.
 struct learner_group_hello {
@@ -69,13 +68,13 @@ bool parse_word(std::string_view word, T& x) {
 /// "dice-lg1 hello GENERATION SIZE HOST PORT".
 inline std::string to_wire(const learner_group_hello& x) {
   return "dice-lg1 hello " + std::to_string(x.generation) + " "
-         + std::to_string(x.size) + " " + x.host + " " + std::to_string(x.port);
+    + std::to_string(x.size) + " " + x.host + " " + std::to_string(x.port);
 }
 
 /// "dice-lg1 alive GENERATION RANK".
 inline std::string to_wire(const learner_group_alive& x) {
   return "dice-lg1 alive " + std::to_string(x.generation) + " "
-         + std::to_string(x.rank);
+    + std::to_string(x.rank);
 }
 
 /// Parses `to_wire`'s hello; nullopt for anything else (host names are at

@@ -59,8 +59,8 @@ class learner_group_member {
  public:
   /// Brings this rank to rank `root`'s state after the group (re)formed
   /// (broadcast the model, optimizer and the application's counters).
-  using sync_state_fn
-    = std::function<caf::error(learner_group& g, int root, context& ctx)>;
+  using sync_state_fn = std::function<caf::error(learner_group& g, int root,
+                                                 context& ctx)>;
 
   /// A member that forms its group when its middleware first runs.
   explicit learner_group_member(learner_group_member_options opts);
@@ -104,8 +104,7 @@ class learner_group_member {
   /// totals), sums `extra` in place, and ORs `stop`; then acknowledges the
   /// context merged so far. Returns whether any rank asked to stop; an
   /// error marks the group failed (re-formed before the next iteration).
-  caf::expected<bool> sync(context& ctx, std::vector<double>& extra,
-                           bool stop);
+  caf::expected<bool> sync(context& ctx, std::vector<double>& extra, bool stop);
 
   /// Marks the group failed after one of its collectives returned `err`:
   /// logs it and drops the group, so the peers fail at once too.
