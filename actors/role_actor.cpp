@@ -552,7 +552,8 @@ role_runner(role_actor::stateful_pointer<role_state> self, role_config cfg,
         self->state.dispatch(topic, self->current_mailbox_element()->content());
     },
     [=](const std::string& topic, const std::string&) {
-      self->state.dispatch(topic, self->current_mailbox_element()->content());
+      if (admit(self, "a text message"))
+        self->state.dispatch(topic, self->current_mailbox_element()->content());
     },
     [=](const finish& x) {
       if (admit(self, "a finish"))
