@@ -4,6 +4,7 @@
 #include "dice/auth.hpp"
 #include "dice/errc.hpp"
 #include "dice/log.hpp"
+#include "dice/messages/learner_group_hello.hpp"
 #include "dice/messages/context_delta.hpp"
 #include "dice/messages/peer_event.hpp"
 #include "dice/messages/storage_ref.hpp"
@@ -477,7 +478,16 @@ bool speaks_for_itself(bus_ptr self, const bus_peer& p,
     named = msg.get_as<model_snapshot>(1).sender;
   else if (msg.match_element<storage_ref>(1))
     named = msg.get_as<storage_ref>(1).origin;
-  else {
+  else if (msg.match_element<std::string>(1)
+           && (topic == learner_group_topic
+               || topic == learner_group_alive_topic)) {
+    // A learner group's text names no node; only learners may send it.
+    if (!p.roles.has(role::learner)) {
+      drop(self, trust_event::message_rejected, src, what,
+           "only learners speak on a learner group's topics");
+      return false;
+    }
+  } else {
     drop(self, trust_event::message_rejected, src, what,
          "its content is no delta, snapshot or storage reference");
     return false;
