@@ -88,6 +88,17 @@ class applied_deltas {
     collapse(s);
   }
 
+  /// Settles every seq of stream `k` up to `upto` (e.g. counted by
+  /// another learner of a group before this one took the stream over).
+  void settle(const key& k, std::uint64_t upto) {
+    auto& s = streams_[k];
+    if (upto <= s.upto)
+      return;
+    s.upto = upto;
+    s.above.erase(s.above.begin(), s.above.upper_bound(s.upto));
+    collapse(s);
+  }
+
   /// Every seq of the stream up to this is settled here (0: none or
   /// unknown): what a cumulative ack says.
   std::uint64_t upto(const key& k) const {

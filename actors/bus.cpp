@@ -4,9 +4,12 @@
 #include "dice/auth.hpp"
 #include "dice/errc.hpp"
 #include "dice/log.hpp"
+#include "dice/messages/learner_group_hello.hpp"
 #include "dice/messages/context_delta.hpp"
 #include "dice/messages/peer_event.hpp"
 #include "dice/messages/storage_ref.hpp"
+#include "dice/net/data_plane.hpp"
+#include "dice/net/data_wire.hpp"
 #include "dice/trust.hpp"
 
 #include "caf/actor_system.hpp"
@@ -162,13 +165,52 @@ void hold(bus_ptr self, const std::string& topic, std::uint32_t sender,
   }
 }
 
-// Sends a message to a peer; snapshots above the chunk size in chunks
-// (`chunks` caches the split across peers).
+// Per-route cache of what a message becomes on the wire: BASP chunks and
+// the data plane's item, each made once for all peers.
+struct wire_forms {
+  std::vector<snapshot_chunk> chunks;
+  std::shared_ptr<const net::data_item> item;
+};
+
+// Sends a large snapshot's bytes on the data plane and a reference over
+// BASP; false if no data connection to `node` is up.
+bool forward_on_data_plane(bus_ptr self, const caf::actor& peer,
+                           std::uint32_t node, const std::string& topic,
+                           std::uint32_t sender, const caf::message& msg,
+                           wire_forms& forms) {
+  auto& dp = self->state.cfg.data;
+  if (!dp || !dp->enabled()
+      || !msg.match_elements<std::string, model_snapshot>())
+    return false;
+  auto& x = msg.get_as<model_snapshot>(1);
+  if (x.data.size() < dp->config().min_bytes)
+    return false;
+  if (!forms.item)
+    forms.item = std::make_shared<const net::data_item>(x.data);
+  auto id = dp->send(node, forms.item);
+  if (!id) {
+    dp->fell_back(node);
+    return false;
+  }
+  auto header = x;
+  header.data = shared_bytes{};
+  to_peer(self, peer, forward_atom::value, topic, sender, *id,
+          std::move(header));
+  return true;
+}
+
+// Sends a message to a peer (`node`: its id, none for BASP only); large
+// snapshots on the data plane, else above the chunk size in chunks
+// (`forms` caches both across peers).
 void forward_to_peer(bus_ptr self, const caf::actor& peer,
+                     std::optional<std::uint32_t> node,
                      const std::string& topic, std::uint32_t sender,
-                     const caf::message& msg,
-                     std::vector<snapshot_chunk>& chunks) {
+                     const caf::message& msg, wire_forms& forms) {
   auto& st = self->state;
+  if (node
+      && forward_on_data_plane(self, peer, *node, topic, sender, msg, forms))
+    return;
+  auto& chunks = forms.chunks;
   if (!st.chunks.splits(msg)) {
     to_peer(self, peer, forward_atom::value, topic, sender, msg);
     return;
@@ -184,9 +226,10 @@ void forward_to_peer(bus_ptr self, const caf::actor& peer,
 // chunker like any other large snapshot.
 void send_backlog(bus_ptr self, const caf::actor& peer,
                   const std::vector<std::string>& topics) {
+  // BASP only: the peer's data connections open after the handshake.
   for (auto& [topic, x] : take_backlog(self, topics)) {
-    std::vector<snapshot_chunk> chunks;
-    forward_to_peer(self, peer, topic, x.first, x.second, chunks);
+    wire_forms forms;
+    forward_to_peer(self, peer, std::nullopt, topic, x.first, x.second, forms);
   }
 }
 
@@ -211,13 +254,13 @@ void route(bus_ptr self, const std::string& topic, std::uint32_t sender,
   // peers only, once (DI-engine's bus semantics, minus the losses).
   if (from_peer)
     return;
-  // Large snapshots go out in chunks, split (and checksummed) once for
-  // all peers; the chunks share the snapshot's buffer.
-  std::vector<snapshot_chunk> chunks;
+  // Large snapshots go out on the data plane or in chunks, prepared (and
+  // checksummed) once for all peers; both share the snapshot's buffer.
+  wire_forms forms;
   for (auto& p : st.peers)
     if (p.node != sender && contains(p.topics, topic)) {
       any = true;
-      forward_to_peer(self, p.handle, topic, sender, msg, chunks);
+      forward_to_peer(self, p.handle, p.node, topic, sender, msg, forms);
     }
   if (!any)
     hold(self, topic, sender, msg);
@@ -369,6 +412,8 @@ void forget_peer(bus_ptr self, const caf::actor_addr& handle,
     return;
   self->demonitor(i->handle);
   st.chunks.drop_origin(i->node, st.cfg.node, why);
+  if (st.cfg.data)
+    st.cfg.data->drop_peer(i->node);
   st.peers.erase(i);
 }
 
@@ -433,7 +478,16 @@ bool speaks_for_itself(bus_ptr self, const bus_peer& p,
     named = msg.get_as<model_snapshot>(1).sender;
   else if (msg.match_element<storage_ref>(1))
     named = msg.get_as<storage_ref>(1).origin;
-  else {
+  else if (msg.match_element<std::string>(1)
+           && (topic == learner_group_topic
+               || topic == learner_group_alive_topic)) {
+    // A learner group's text names no node; only learners may send it.
+    if (!p.roles.has(role::learner)) {
+      drop(self, trust_event::message_rejected, src, what,
+           "only learners speak on a learner group's topics");
+      return false;
+    }
+  } else {
     drop(self, trust_event::message_rejected, src, what,
          "its content is no delta, snapshot or storage reference");
     return false;
@@ -492,6 +546,51 @@ void peer_chunk(bus_ptr self, const bus_peer& p,
         caf::make_message(x->topic, std::move(x->snapshot)), true);
 }
 
+// A peer's snapshot whose bytes come on the data plane: the bus claims them
+// and handles nothing else until they are there (or failed), so the
+// snapshot keeps its place among the peer's messages (a finish or done
+// sent after it is handled after it).
+void peer_data_reference(bus_ptr self, const bus_peer& p,
+                         const caf::strong_actor_ptr& src,
+                         const std::string& topic, std::uint32_t sender,
+                         std::uint64_t transfer, model_snapshot& header) {
+  auto& st = self->state;
+  if (!st.cfg.data) {
+    drop(self, trust_event::message_rejected, src,
+         "a data reference from node " + std::to_string(p.node),
+         "this node has no data plane");
+    return;
+  }
+  auto peer = p.node;
+  auto& dp = *st.cfg.data;
+  auto timeout = dp.config().io_timeout + std::chrono::seconds{1};
+  if (sender != p.node || header.sender != p.node
+      || unknown_topic(self, p, topic)) {
+    if (sender != p.node || header.sender != p.node)
+      drop(self, trust_event::forged_origin, src,
+           "a data reference from node " + std::to_string(p.node),
+           "it names another node as its sender");
+    // Claimed and dropped, so its bytes do not hold the peer's budget.
+    self
+      ->request(dp.inbox(), timeout, net::data_take_atom::value, peer, transfer)
+      .then([](shared_bytes&) {}, [](caf::error&) {});
+    return;
+  }
+  self->request(dp.inbox(), timeout, net::data_take_atom::value, peer, transfer)
+    .await(
+      [=](shared_bytes& bytes) mutable {
+        header.data = std::move(bytes);
+        route(self, topic, sender, caf::make_message(topic, std::move(header)),
+              true);
+      },
+      [=](caf::error& err) {
+        log::warning(self->state.cfg.node,
+                     "dropped model v" + std::to_string(header.version)
+                       + " from node " + std::to_string(sender) + " on topic '"
+                       + topic + "': " + render(err));
+      });
+}
+
 void peer_subscribe(bus_ptr self, bus_peer& p, const caf::strong_actor_ptr& src,
                     const std::string& topic, std::uint32_t node) {
   auto& st = self->state;
@@ -506,8 +605,8 @@ void peer_subscribe(bus_ptr self, bus_peer& p, const caf::strong_actor_ptr& src,
   p.topics.push_back(topic);
   if (auto i = st.held.find(topic); i != st.held.end()) {
     for (auto& [sender, msg] : i->second) {
-      std::vector<snapshot_chunk> chunks;
-      forward_to_peer(self, p.handle, topic, sender, msg, chunks);
+      wire_forms forms;
+      forward_to_peer(self, p.handle, p.node, topic, sender, msg, forms);
     }
     st.held.erase(i);
   }
@@ -568,6 +667,10 @@ void replay(bus_ptr self, const caf::actor& handle,
       },
       [&](forward_atom, snapshot_chunk& c) {
         peer_chunk(self, *p, src, c);
+      },
+      [&](forward_atom, std::string& topic, std::uint32_t sender,
+          std::uint64_t transfer, model_snapshot& header) {
+        peer_data_reference(self, *p, src, topic, sender, transfer, header);
       },
       [&](subscribe_atom, std::string& topic, std::uint32_t node) {
         peer_subscribe(self, *p, src, topic, node);
@@ -672,6 +775,8 @@ void send_hello(bus_ptr self, std::size_t idx, caf::actor peer,
   auto& st = self->state;
   auto sent = make_hello(self);
   sent.proof = std::move(proof);
+  if (st.cfg.data && st.cfg.data->enabled())
+    sent.data = "dial";
   st.handshakes[peer.address()] = bus_handshake{idx, {}};
   self
     ->request(st.gate, st.cfg.connect_timeout * 2, ask_atom::value, peer, sent)
@@ -701,6 +806,12 @@ void send_hello(bus_ptr self, std::size_t idx, caf::actor peer,
         }
         insert_peer(self,
                     bus_peer{h.node, h.roles, peer, h.topics, h.drained, idx});
+        // The acceptor's ticket: open the data connections beside BASP
+        // (snapshots use BASP until they are up).
+        if (st.cfg.data && st.cfg.data->enabled()
+            && h.data.size() == net::data_ticket_size)
+          st.cfg.data->dial(h.node, st.endpoints[idx].host,
+                            st.endpoints[idx].port, h.data);
         // What the peer held for us arrives before anything else.
         replay(self, peer, early);
         send_backlog(self, peer, h.topics);
@@ -785,6 +896,8 @@ caf::result<peer_hello> accept_hello(bus_ptr self, const caf::actor& from,
     forget_peer(self, from.address(), "the peer re-attached");
   }
   auto reply = make_hello(self);
+  if (st.cfg.data && st.cfg.data->enabled() && !h.data.empty())
+    reply.data = st.cfg.data->issue_ticket(h.node);
   insert_peer(self, bus_peer{h.node, h.roles, from, h.topics, h.drained, {}});
   // The backlog goes out now, before the answer: the gate sends the answer
   // once this handler returned, and one connection keeps the order.
@@ -864,6 +977,8 @@ bus_actor::behavior_type bus(bus_ptr self, bus_config cfg) {
       log::write(lvl, st.cfg.node,
                  "lost peer " + describe(p) + ": " + caf::to_string(dm.reason));
       st.chunks.drop_origin(p.node, st.cfg.node, "peer lost");
+      if (st.cfg.data)
+        st.cfg.data->drop_peer(p.node);
       notify_members(self, p, false);
       if (p.endpoint)
         schedule_reconnect(self, *p.endpoint);
@@ -972,6 +1087,18 @@ bus_actor::behavior_type bus(bus_ptr self, bus_config cfg) {
         },
         [&] {
           return caf::make_message(forward_atom::value, std::move(c));
+        });
+    },
+    [=](forward_atom, std::string& topic, std::uint32_t sender,
+        std::uint64_t transfer, model_snapshot& header) {
+      with_peer(
+        self, "a data reference",
+        [&](bus_peer& p, const caf::strong_actor_ptr& src) {
+          peer_data_reference(self, p, src, topic, sender, transfer, header);
+        },
+        [&] {
+          return caf::make_message(forward_atom::value, topic, sender, transfer,
+                                   std::move(header));
         });
     },
     [=](forward_atom, std::string& topic, std::uint32_t sender,

@@ -60,6 +60,9 @@ struct exchanger_state {
 
   detail::applied_deltas applied;
 
+  // The latest epoch of each collector (a learner group's watermarks).
+  std::map<std::uint32_t, std::uint64_t> last_epoch;
+
   // Senders whose deltas were applied since the last merge (acked then).
   std::set<sender_key> to_ack;
 
@@ -273,10 +276,31 @@ struct exchanger_state {
                      + ": " + why);
   }
 
+  // A learner of a group leaves other learners' collectors alone: no
+  // apply, no ack, no record (their owner may change to this learner later,
+  // whose stream then starts at the collector's lowest unacked delta).
+  bool not_owned(const context_delta& d) const {
+    auto* p = opts.partition.get();
+    return p != nullptr && p->owns && has(role::learner)
+      && d.sender_roles.has(role::collector) && !p->owns(d.sender);
+  }
+
+  void ack_merged() {
+    for (auto& key : to_ack)
+      send_ack(key);
+    to_ack.clear();
+  }
+
   // DI-engine's `put`: each field goes to the roles the spec table names.
   void put(const context_delta& d) {
+    if (not_owned(d)) {
+      ++stats->deltas_not_owned;
+      return;
+    }
     if (auto why = why_invalid(d))
       return refuse_malformed(d, why);
+    if (d.sender_roles.has(role::collector))
+      last_epoch[d.sender] = d.epoch;
     auto contact = applied.note(d);
     if (contact.first && contact.base > 1 && has(role::learner))
       log::info(svc->node_id(),
@@ -392,10 +416,10 @@ struct exchanger_state {
     box_deltas = 0;
     box_bytes = 0;
     // Acks go out once the data is in the context, so a collector's window
-    // also bounds what waits here (learner backpressure).
-    for (auto& key : to_ack)
-      send_ack(key);
-    to_ack.clear();
+    // also bounds what waits here (learner backpressure); in a group, once
+    // the group counted it (context_partition::ack_now).
+    if (!opts.partition || !opts.partition->defer_acks)
+      ack_merged();
   }
 
   step wait_for_context(caf::timespan timeout) {
@@ -536,6 +560,29 @@ middleware context_exchanger(context_exchanger_options opts) {
                    "unexpected result, please check your code.");
     st->active = true;
     st->handles = detail::handles_of(svc);
+    if (auto& p = st->opts.partition) {
+      std::weak_ptr<exchanger_state> weak = st;
+      p->ack_now = [weak] {
+        if (auto s = weak.lock())
+          s->ack_merged();
+      };
+      p->watermark = [weak](std::uint32_t c) {
+        std::pair<std::uint64_t, std::uint64_t> result{0, 0};
+        if (auto s = weak.lock()) {
+          auto i = s->last_epoch.find(c);
+          if (i != s->last_epoch.end())
+            result = {i->second, s->applied.upto({c, i->second})};
+        }
+        return result;
+      };
+      p->settle = [weak](std::uint32_t c, std::uint64_t epoch,
+                         std::uint64_t upto) {
+        if (auto s = weak.lock()) {
+          s->applied.settle({c, epoch}, upto);
+          s->last_epoch[c] = epoch;
+        }
+      };
+    }
     if (st->opts.storage_loader)
       svc.flush_before_done(
         caf::actor_cast<caf::actor>(st->opts.storage_loader));
@@ -582,6 +629,10 @@ middleware context_exchanger(context_exchanger_options opts) {
   result.on_stop = [st](context& ctx) {
     if (st->active && st->box.any)
       st->merge(ctx);
+    // The run is over: what was merged is acknowledged (a group's last
+    // count follows in its own stop hook).
+    if (st->active && st->has(role::learner))
+      st->ack_merged();
     if (st->active) {
       auto& x = *st->stats;
       log::info(st->svc->node_id(),

@@ -156,6 +156,12 @@ class gate : public caf::event_based_actor {
         if (from_remote("a snapshot chunk"))
           delegate(bus_, forward_atom::value, std::move(c));
       },
+      [this](forward_atom, std::string& topic, std::uint32_t sender,
+             std::uint64_t transfer, model_snapshot& header) {
+        if (from_remote("a data reference"))
+          delegate(bus_, forward_atom::value, std::move(topic), sender,
+                   transfer, std::move(header));
+      },
       [this](done_atom, std::uint32_t node) {
         if (from_remote("a peer's done"))
           delegate(bus_, done_atom::value, node);

@@ -1,5 +1,7 @@
 #include "dice/actors/model_loader.hpp"
 
+#include "dice/actors/scheduling.hpp"
+
 #include "loader_impl.hpp"
 
 namespace dice {
@@ -30,7 +32,7 @@ model_loader(model_loader_actor::stateful_pointer<model_loader_state> self,
 
 model_loader_actor spawn_model_loader(caf::actor_system& sys,
                                       loader_options opts) {
-  if (opts.detached)
+  if (opts.detached && !deterministic_scheduler(sys))
     return sys.spawn<caf::detached>(model_loader, std::move(opts));
   return sys.spawn(model_loader, std::move(opts));
 }

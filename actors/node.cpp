@@ -7,6 +7,8 @@
 #include "dice/actors/role_supervisor.hpp"
 #include "dice/errc.hpp"
 #include "dice/log.hpp"
+#include "dice/net/data_plane.hpp"
+#include "dice/messages/learner_group_hello.hpp"
 #include "dice/net/dialer.hpp"
 #include "dice/net/handover.hpp"
 #include "dice/type_ids.hpp"
@@ -133,10 +135,12 @@ caf::expected<std::vector<endpoint>> parse_endpoints(std::string_view str) {
   return result;
 }
 
-role_set default_roles(std::uint32_t index, std::uint32_t workers) {
-  if (index == 0)
+role_set default_roles(std::uint32_t index, std::uint32_t workers,
+                       std::uint32_t learners) {
+  learners = std::max<std::uint32_t>(learners, 1);
+  if (index < learners)
     return {role::learner};
-  if (index == 1 && workers > 2)
+  if (index == learners && workers > learners + 1)
     return {role::evaluator};
   return {role::collector};
 }
@@ -241,6 +245,8 @@ node_system_config::node_system_config() {
   opt_group{custom_options_, "dice"}
     .add(node_id, "node-id", "this node's id (default: 0, or SLURM_PROCID)")
     .add(workers, "workers", "nodes in the cluster")
+    .add(learners, "learners",
+         "learner nodes (0..L-1) forming one data-parallel group (1)")
     .add(roles, "roles", "roles, e.g. learner (default: by node id)")
     .add(host, "host", "address to listen on (default: all)")
     .add(port, "port", "port to listen on (0: any free port)")
@@ -262,6 +268,9 @@ node_system_config::node_system_config() {
     .add(insecure, "insecure",
          "listen beyond loopback with neither secret nor TLS (anyone who "
          "reaches the port may join)")
+    .add(data_channel, "data-channel",
+         "send large snapshots to peers on data connections beside BASP "
+         "(false: BASP only)")
     .add(secret_file, "secret-file",
          "file with the cluster secret (peers must know it)")
     .add(deterministic, "deterministic",
@@ -291,6 +300,7 @@ caf::expected<node_config> make_node_config(const node_system_config& cfg) {
                           + "'");
     result.restart_count = static_cast<std::int64_t>(n);
   }
+  result.data_channel = cfg.data_channel;
   if (!cfg.secret_file.empty()) {
     auto secret = load_secret(cfg.secret_file);
     if (!secret)
@@ -314,6 +324,11 @@ caf::expected<node_config> make_node_config(const node_system_config& cfg) {
     return nodes.error();
   result.nodes = std::move(*nodes);
   result.workers = static_cast<std::uint32_t>(cfg.workers);
+  if (cfg.learners < 1 || cfg.learners > 65536)
+    return make_error(errc::invalid_config,
+                      "dice.learners must be 1..65536, not "
+                        + std::to_string(cfg.learners));
+  result.learners = static_cast<std::uint32_t>(cfg.learners);
   auto slurm_id = env("SLURM_PROCID");
   if (cfg.node_id >= 0) {
     if (cfg.node_id > 0xFFFFFFFF)
@@ -388,7 +403,7 @@ caf::expected<node_config> make_node_config(const node_system_config& cfg) {
       return rs.error();
     result.roles = *rs;
   } else {
-    result.roles = default_roles(result.index, result.workers);
+    result.roles = default_roles(result.index, result.workers, result.learners);
   }
   // Peers named by the topology come first, then the explicit ones.
   auto peers = topology_peers(result.topo, result.index, result.nodes);
@@ -409,7 +424,7 @@ caf::expected<node_config> make_node_config(const node_system_config& cfg) {
 
 caf::expected<node> node::start(caf::actor_system& sys, node_config cfg) {
   if (cfg.roles.empty())
-    cfg.roles = default_roles(cfg.index, cfg.workers);
+    cfg.roles = default_roles(cfg.index, cfg.workers, cfg.learners);
   node result{sys, std::move(cfg)};
   auto& c = result.cfg_;
   bus_config bc;
@@ -429,10 +444,25 @@ caf::expected<node> node::start(caf::actor_system& sys, node_config cfg) {
                         "openssl module (use dice::node_system_config)");
   }
   // A node that (re)joins gets the latest model and train_iter at once.
-  bc.retained_topics = {model_topic, context_topic(role::learner)};
+  // So does a learner of a group: rank 0's rendezvous address.
+  bc.retained_topics = {model_topic, context_topic(role::learner),
+                        learner_group_topic};
   // Peers are dialled raw and authenticated before BASP sees the socket.
   bc.dialer = net::spawn_dialer(
     sys, net::dialer_config{c.id, c.secret, bc.tls, c.connect_timeout});
+  if (c.distributed && c.data_channel) {
+    net::data_plane_config dc;
+    dc.node = c.id;
+    dc.secret = c.secret;
+    dc.tls = bc.tls;
+    dc.connect_timeout = c.connect_timeout;
+    result.data_ = net::data_plane::make(sys, std::move(dc));
+    if (bc.tls)
+      log::info(c.id,
+                "TLS is on: snapshots travel over BASP (the data "
+                "connection has no TLS yet)");
+    bc.data = result.data_;
+  }
   result.bus_ = sys.spawn(dice::bus, std::move(bc));
   if (c.distributed && c.listen)
     if (auto err = result.listen())
@@ -454,14 +484,21 @@ caf::error node::listen() {
   auto tls = c.tls.any();
   auto port = std::make_shared<std::uint16_t>(0);
   auto node_id = c.id;
+  auto data = data_;
   net::listener_config lc{
     c.id, c.host, c.port, c.secret, c.handshake_timeout, c.max_pending};
   // Runs on the listener's thread for each connection that finished the
   // preamble: only then does CAF get the socket.
-  auto handover = [&sys, basp, gate, sigs, tls, port,
-                   node_id](int fd, net::channel ch, const std::string& peer) {
-    // Only the control channel exists yet (the listener refuses others);
-    // a new channel is routed here.
+  auto handover = [&sys, basp, gate, sigs, tls, port, node_id,
+                   data](int fd, net::channel ch, const std::string& peer) {
+    if (ch == net::channel::data) {
+      // Bound to a control session by its ticket, or closed unanswered.
+      if (data && data->enabled())
+        data->accept(fd, peer);
+      else
+        ::close(fd);
+      return;
+    }
     if (ch != net::channel::control) {
       ::close(fd);
       return;
@@ -521,6 +558,7 @@ caf::expected<node_report> node::run(pipeline pipe, node_run_options opts) {
   rc.wait_for_start = true;
   rc.print_report = opts.print_report;
   rc.report_to = caf::actor_cast<caf::actor>(self);
+  rc.detached = opts.detached_role;
   rc.restarts = cfg_.restart_count;
   role_supervisor sup{std::move(rc), std::move(pipe),
                       opts.max_restarts >= 0 ? opts.max_restarts
@@ -606,6 +644,8 @@ caf::expected<node_report> node::run(pipeline pipe, node_run_options opts) {
 void node::stop() {
   if (listener_)
     listener_->stop();
+  if (data_)
+    data_->stop();
   if (bus_)
     caf::anon_send_exit(bus_, caf::exit_reason::user_shutdown);
 }

@@ -1,5 +1,7 @@
 #include "dice/actors/role_actor.hpp"
 
+#include "dice/actors/scheduling.hpp"
+
 #include "dice/errc.hpp"
 #include "dice/log.hpp"
 #include "dice/trust.hpp"
@@ -553,6 +555,10 @@ role_runner(role_actor::stateful_pointer<role_state> self, role_config cfg,
       if (admit(self, "a storage reference"))
         self->state.dispatch(topic, self->current_mailbox_element()->content());
     },
+    [=](const std::string& topic, const std::string&) {
+      if (admit(self, "a text message"))
+        self->state.dispatch(topic, self->current_mailbox_element()->content());
+    },
     [=](const finish& x) {
       if (admit(self, "a finish"))
         self->state.on_finish(x);
@@ -631,6 +637,13 @@ role_runner(role_actor::stateful_pointer<role_state> self, role_config cfg,
       self->state.maybe_quit();
     },
   };
+}
+
+role_actor spawn_role(caf::actor_system& sys, role_config cfg, pipeline pipe) {
+  if (cfg.detached && !deterministic_scheduler(sys))
+    return sys.spawn<caf::detached>(role_runner, std::move(cfg),
+                                    std::move(pipe));
+  return sys.spawn(role_runner, std::move(cfg), std::move(pipe));
 }
 
 } // namespace dice

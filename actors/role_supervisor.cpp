@@ -20,7 +20,7 @@ role_actor role_supervisor::spawn(caf::actor_system& sys, pipeline pipe) {
   auto rc = cfg_;
   rc.restarts = cfg_.restarts + restarts_;
   rc.restarts_left = max_restarts_ - restarts_;
-  current_ = sys.spawn(role_runner, std::move(rc), std::move(pipe));
+  current_ = spawn_role(sys, std::move(rc), std::move(pipe));
   return current_;
 }
 

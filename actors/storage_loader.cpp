@@ -1,5 +1,7 @@
 #include "dice/actors/storage_loader.hpp"
 
+#include "dice/actors/scheduling.hpp"
+
 #include "loader_impl.hpp"
 
 namespace dice {
@@ -30,7 +32,7 @@ storage_loader_actor::behavior_type storage_loader(
 
 storage_loader_actor spawn_storage_loader(caf::actor_system& sys,
                                           loader_options opts) {
-  if (opts.detached)
+  if (opts.detached && !deterministic_scheduler(sys))
     return sys.spawn<caf::detached>(storage_loader, std::move(opts));
   return sys.spawn(storage_loader, std::move(opts));
 }

@@ -1,15 +1,21 @@
 // Multi-process figures over loopback, each with its baseline measured by
 // the same program in the same run (bench/run drives it):
 //   remote_bench tcp --size S --rounds R         raw TCP, one stream
-//   remote_bench snapshot --collectors N --size S --rounds R
+//   remote_bench snapshot --collectors N --size S --rounds R [--path P]
+//     P = data (default): nodes as dice runs them (preamble, data plane)
+//     with the same-host shortcut off (bytes on the data connection);
+//     P = shm: the same-host shortcut on (sealed memfd, a reference on the
+//     socket); P = basp: the data plane off (BASP chunks).
 //   remote_bench context --collectors N --obs K --batch B --seconds T
 // The parent is the learner; it forks N collector processes (this same
 // binary) that attach to its bus on an ephemeral port. One JSON line out.
 
 #include "dice/actors/bus.hpp"
+#include "dice/actors/node.hpp"
 #include "dice/messages/context_delta.hpp"
 #include "dice/messages/model_snapshot.hpp"
 #include "dice/messages/payload.hpp"
+#include "dice/net/data_plane.hpp"
 #include "dice/process/spawn.hpp"
 #include "dice/type_ids.hpp"
 
@@ -33,6 +39,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iostream>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -46,7 +54,7 @@ using namespace std::chrono_literals;
 const std::vector<std::string> known_options{"size",  "rounds", "collectors",
                                              "obs",   "batch",  "seconds",
                                              "chunk", "window", "port",
-                                             "node",  "mode"};
+                                             "node",  "mode",   "path"};
 
 std::string arg(int argc, char** argv, const std::string& name,
                 const std::string& fallback) {
@@ -134,6 +142,20 @@ struct config : caf::actor_system_config {
   }
 };
 
+// Settings of a bench node on loopback.
+dice::node_config node_settings(std::uint32_t id, bool listen,
+                                const std::string& path) {
+  dice::node_config nc;
+  nc.id = id;
+  nc.distributed = true;
+  nc.listen = listen;
+  nc.host = "127.0.0.1";
+  nc.port = 0;
+  nc.peer_loss_timeout = std::chrono::hours{1};
+  nc.data_channel = path != "basp";
+  return nc;
+}
+
 std::vector<pid_t> fork_collectors(int argc, char** argv, long n,
                                    std::uint16_t port) {
   std::vector<pid_t> pids;
@@ -177,20 +199,35 @@ int collector_main(int argc, char** argv) {
   caf::actor_system sys{cfg};
   auto node = static_cast<std::uint32_t>(num(argc, argv, "node", 1));
   auto mode = arg(argc, argv, "mode", "snapshot");
-  dice::bus_config bc;
-  bc.node = node;
-  auto bus = sys.spawn(dice::bus, bc);
+  auto path = arg(argc, argv, "path", "");
+  dice::bus_actor bus;
+  std::optional<dice::node> dn;
+  if (!path.empty()) {
+    // A dice node (dialer, preamble, data plane unless --path basp).
+    auto n = dice::node::start(sys, node_settings(node, false, path));
+    if (!n)
+      _exit(4);
+    dn = std::move(*n);
+    bus = dn->bus();
+    if (dn->data_plane())
+      dn->data_plane()->set_same_host(path == "shm");
+  } else {
+    dice::bus_config bc;
+    bc.node = node;
+    bus = sys.spawn(dice::bus, bc);
+  }
   caf::scoped_actor self{sys};
   auto ack_topic = std::string{"ack"};
   if (mode == "snapshot") {
     auto member = sys.spawn([=](caf::event_based_actor* me) -> caf::behavior {
-      return {[=](const std::string&, const dice::model_snapshot& x) {
-        dice::context_delta d;
-        d.sender = node;
-        d.seq = static_cast<std::uint64_t>(x.version);
-        me->send(bus, dice::publish_atom::value, ack_topic, node,
-                 caf::make_message(ack_topic, d));
-      }};
+      return {[](const dice::peer_event&) {},
+              [=](const std::string&, const dice::model_snapshot& x) {
+                dice::context_delta d;
+                d.sender = node;
+                d.seq = static_cast<std::uint64_t>(x.version);
+                me->send(bus, dice::publish_atom::value, ack_topic, node,
+                         caf::make_message(ack_topic, d));
+              }};
     });
     self->send(bus, dice::join_atom::value, node, dice::role_set{}, member,
                std::vector<std::string>{"model"});
@@ -241,25 +278,75 @@ int collector_main(int argc, char** argv) {
   }
 }
 
+// A node that attaches to --port and publishes snapshots of --size bytes on
+// "model" until killed, printing "sent V" after each (the same-host tests
+// kill it with -9 in the middle).
+int publisher_main(int argc, char** argv) {
+  config cfg;
+  caf::actor_system sys{cfg};
+  auto node = static_cast<std::uint32_t>(num(argc, argv, "node", 1));
+  auto path = arg(argc, argv, "path", "shm");
+  auto dn = dice::node::start(sys, node_settings(node, false, path));
+  if (!dn)
+    return 4;
+  if (dn->data_plane())
+    dn->data_plane()->set_same_host(path == "shm");
+  auto bus = dn->bus();
+  caf::scoped_actor self{sys};
+  self->send(bus, dice::join_atom::value, node, dice::role_set{},
+             caf::actor{self}, std::vector<std::string>{});
+  self->receive([](const std::vector<dice::finish>&) {});
+  self->send(bus, dice::attach_atom::value, std::string{"127.0.0.1"},
+             static_cast<std::uint16_t>(num(argc, argv, "port", 0)));
+  self->request(bus, 30s, dice::peers_atom::value, std::uint32_t{1})
+    .receive([](std::uint32_t) {},
+             [](caf::error&) {
+               _exit(2);
+             });
+  auto& dp = dn->data_plane();
+  if (dp && path == "shm" && !dp->wait_same_host(0, 10s))
+    _exit(3);
+  auto x = make_snapshot(num(argc, argv, "size", 6'800'000));
+  x.sender = node; // peers refuse a snapshot that names another node
+  for (std::int64_t v = 1;; ++v) {
+    x.version = v;
+    self->send(bus, dice::publish_atom::value, std::string{"model"}, node,
+               caf::make_message(std::string{"model"}, x));
+    std::printf("sent %lld\n", static_cast<long long>(v));
+    std::fflush(stdout);
+    // Paced by the receiver's acks would need a topic; a short pause
+    // keeps the queue from growing without bound.
+    self->receive(caf::after(std::chrono::milliseconds{20}) >> [] {});
+  }
+}
+
 int snapshot_main(int argc, char** argv) {
   auto n = num(argc, argv, "collectors", 1);
   auto size = num(argc, argv, "size", 6'800'000);
   auto rounds = num(argc, argv, "rounds", 10);
+  auto path = arg(argc, argv, "path", "data");
   config cfg;
   caf::actor_system sys{cfg};
-  dice::bus_config bc;
-  bc.node = 0;
-  bc.chunk_bytes = static_cast<std::size_t>(
-    num(argc, argv, "chunk", static_cast<long>(dice::default_chunk_bytes)));
-  auto bus = sys.spawn(dice::bus, bc);
-  auto port = sys.middleman().publish(bus, 0, "127.0.0.1");
-  if (!port)
+  // The learner is a dice node listening on an ephemeral port.
+  std::cout.setstate(std::ios::failbit); // its "listening on" line
+  auto dn = dice::node::start(sys, node_settings(0, true, path));
+  std::cout.clear();
+  if (!dn)
     return 1;
+  if (dn->data_plane())
+    dn->data_plane()->set_same_host(path == "shm");
+  auto bus = dn->bus();
+  auto port = std::optional<std::uint16_t>{dn->port()};
+  std::vector<std::string> extra{"--path", path};
+  std::vector<char*> args(argv, argv + argc);
+  for (auto& e : extra)
+    args.push_back(e.data());
   caf::scoped_actor self{sys};
   self->send(bus, dice::join_atom::value, std::uint32_t{0}, dice::role_set{},
              caf::actor{self}, std::vector<std::string>{"ack"});
   self->receive([](const std::vector<dice::finish>&) {});
-  auto pids = fork_collectors(argc, argv, n, *port);
+  auto pids = fork_collectors(static_cast<int>(args.size()), args.data(), n,
+                              *port);
   bool ok = true;
   self
     ->request(bus, 30s, dice::peers_atom::value, static_cast<std::uint32_t>(n))
@@ -271,6 +358,14 @@ int snapshot_main(int argc, char** argv) {
     stop_all(pids);
     return 2;
   }
+  // Every data connection is up before the first round.
+  if (auto& dp = dn->data_plane())
+    for (long i = 0; i < n; ++i)
+      if (!dp->wait_sendable(static_cast<std::uint32_t>(i + 1), 10s)) {
+        stop_all(pids);
+        return 5;
+      }
+  auto stats0 = dice::net::data_stats();
   auto x = make_snapshot(size);
   std::vector<double> times;
   for (long r = 0; r < rounds + 2; ++r) {
@@ -299,14 +394,19 @@ int snapshot_main(int argc, char** argv) {
       times.push_back(secs(clk::now() - t0));
   }
   stop_all(pids);
+  auto stats1 = dice::net::data_stats();
   std::sort(times.begin(), times.end());
   auto med = times[times.size() / 2];
   print_json({{"mode", "snapshot"},
+              {"path", path},
               {"collectors", n},
               {"size", size},
               {"round_s", med},
-              {"bytes_per_s", static_cast<double>(size) * n / med}});
-  self->send_exit(bus, caf::exit_reason::user_shutdown);
+              {"bytes_per_s", static_cast<double>(size) * n / med},
+              {"data_transfers", stats1.transfers_sent - stats0.transfers_sent},
+              {"shm_transfers", stats1.shm_sent - stats0.shm_sent},
+              {"fallbacks", stats1.fallbacks - stats0.fallbacks}});
+  dn->stop();
   return 0;
 }
 
@@ -402,6 +502,8 @@ int main(int argc, char** argv) {
     return collector_main(argc, argv);
   if (mode == "snapshot")
     return snapshot_main(argc, argv);
+  if (mode == "publisher")
+    return publisher_main(argc, argv);
   if (mode == "context")
     return context_main(argc, argv);
   std::fprintf(stderr, "unknown mode %s\n", mode.c_str());

@@ -18,19 +18,16 @@
 
 namespace dice::net {
 
-namespace {
-
 using clock_type = deadline_clock;
 
-// Connects and runs the preamble for channel `ch`; the socket is left at
-// the channel's first byte (for control: ready for BASP).
-caf::expected<int> dial(const dialer_config& cfg, const std::string& host,
-                        std::uint16_t port, channel ch,
-                        clock_type::time_point deadline) {
+caf::expected<int> dial_channel(const std::string& secret,
+                                const std::string& host, std::uint16_t port,
+                                channel ch,
+                                deadline_clock::time_point deadline) {
   auto fd = connect_tcp(host, port, deadline);
   if (!fd)
     return fd.error();
-  preamble_dialer hs{cfg.secret, random_nonce(preamble_nonce_size), ch};
+  preamble_dialer hs{secret, random_nonce(preamble_nonce_size), ch};
   auto fail = [&](caf::error err) -> caf::expected<int> {
     ::close(*fd);
     return err;
@@ -59,6 +56,8 @@ caf::expected<int> dial(const dialer_config& cfg, const std::string& host,
   return *fd;
 }
 
+namespace {
+
 void dial_worker(caf::blocking_actor* self, dialer_config cfg,
                  caf::actor basp) {
   self->receive([&](caf::connect_atom, const std::string& host,
@@ -76,7 +75,7 @@ void dial_worker(caf::blocking_actor* self, dialer_config cfg,
         log::debug(cfg.node, "cannot connect to {}: {}", where, render(err));
       rp.deliver(std::move(err));
     };
-    auto fd = dial(cfg, host, port, channel::control, deadline);
+    auto fd = dial_channel(cfg.secret, host, port, channel::control, deadline);
     if (!fd)
       return report(fd.error());
     auto scribe = make_scribe(self->system(), *fd, cfg.tls, false);

@@ -76,11 +76,11 @@ bool take(std::string& buf, std::size_t want, const char* data,
 } // namespace
 
 bool known(channel x) noexcept {
-  return x == channel::control;
+  return x == channel::control || x == channel::data;
 }
 
 std::uint8_t served_channels() noexcept {
-  return channel_bit(channel::control);
+  return channel_bit(channel::control) | channel_bit(channel::data);
 }
 
 const char* to_string(preamble_error x) noexcept {

@@ -1,14 +1,16 @@
 // dice-launch: starts N local processes of a dice program as the nodes of one
 // cluster (the `ditask --parallel-workers N` of dice).
 //
-//   dice-launch --workers N [--topology star|mesh|alone] [--ports P]
-//               [--node-ids I[,I...]] [--attach-to host:port,...]
+//   dice-launch --workers N [--learners L] [--topology star|mesh|alone]
+//               [--ports P] [--node-ids I[,I...]] [--attach-to host:port,...]
 //               [--host ADDR] [--startup-timeout S]
 //               [--max-restarts N] [--restart-backoff S] [--stop-timeout S]
 //               [--dice.secret-file=F] [--openssl.KEY=V ...] -- PROGRAM ...
 //
 // Each node gets `--dice.node-id= --dice.workers= --dice.topology=
-// --dice.host= --dice.port= --dice.attach-to=` on its command line. Nodes
+// --dice.host= --dice.port= --dice.attach-to=` on its command line (and
+// `--dice.learners=L` with --learners: nodes 0..L-1 are learners forming one
+// data-parallel group, docs/learner_group.md). Nodes
 // listen on --host (default 127.0.0.1: loopback only). Without --ports
 // every node listens on an ephemeral port, which the launcher reads from
 // the node's "dice-node ID listening on port P" line before starting the
@@ -100,6 +102,8 @@ std::string describe_status(int status) {
 
 struct options {
   std::uint32_t workers = 1;
+  /// Learner nodes (0: leave the program's default).
+  std::uint32_t learners = 0;
   std::string topology = "mesh";
   std::vector<std::uint16_t> ports;
   std::vector<std::uint32_t> node_ids;
@@ -120,7 +124,8 @@ struct options {
 
 [[noreturn]] void usage(const std::string& why) {
   std::cerr << "dice-launch: " << why << "\n"
-            << "usage: dice-launch --workers N [--topology star|mesh|alone] "
+            << "usage: dice-launch --workers N [--learners L] "
+               "[--topology star|mesh|alone] "
                "[--ports P[,P...]] [--node-ids I[,I...]] "
                "[--attach-to host:port,...] [--host ADDR] "
                "[--startup-timeout SECONDS] [--max-restarts N] "
@@ -175,6 +180,11 @@ options parse(int argc, char** argv) {
     } else if (flag == "--workers" || flag == "--parallel-workers") {
       opts.workers = static_cast<std::uint32_t>(
         to_num(value(flag), 4096, "--workers"));
+    } else if (flag == "--learners") {
+      opts.learners = static_cast<std::uint32_t>(
+        to_num(value(flag), 65536, "--learners"));
+      if (opts.learners == 0)
+        usage("--learners must be at least 1");
     } else if (flag == "--topology") {
       opts.topology = value(flag);
       if (opts.topology != "star" && opts.topology != "mesh"
@@ -219,6 +229,8 @@ options parse(int argc, char** argv) {
     usage("no program given after --");
   if (opts.workers == 0)
     usage("--workers must be at least 1");
+  if (opts.learners > opts.workers)
+    usage("--learners must not exceed --workers");
   // DI-engine: one id k means k..k+n-1; a list is used as is.
   if (opts.node_ids.size() == 1)
     for (std::uint32_t k = 1; k < opts.workers; ++k)
@@ -647,6 +659,8 @@ int main(int argc, char** argv) {
     std::vector<std::string> args{opts.command.front()};
     args.push_back("--dice.node-id=" + std::to_string(c.id));
     args.push_back("--dice.workers=" + std::to_string(opts.workers));
+    if (opts.learners > 0)
+      args.push_back("--dice.learners=" + std::to_string(opts.learners));
     args.push_back("--dice.topology=" + opts.topology);
     args.push_back("--dice.host=" + opts.host);
     if (!opts.ports.empty())

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <stdexcept>
 
 namespace dqn {
@@ -281,11 +282,12 @@ dqn_learner::dqn_learner(q_network online, dqn_config cfg, std::uint64_t seed)
   target_->eval();
 }
 
-float dqn_learner::update() {
-  return update_on(buffer_.sample(cfg_.batch_size));
+float dqn_learner::update(const gradient_hook& reduce) {
+  return update_on(buffer_.sample(cfg_.batch_size), reduce);
 }
 
-float dqn_learner::update_on(const sample_batch& b) {
+float dqn_learner::update_on(const sample_batch& b,
+                             const gradient_hook& reduce) {
   torch::Tensor target;
   {
     torch::NoGradGuard no_grad;
@@ -298,6 +300,9 @@ float dqn_learner::update_on(const sample_batch& b) {
   auto loss = torch::smooth_l1_loss(q, target);
   opt_.zero_grad();
   loss.backward();
+  // Averaged first, then clipped: every rank clips the same gradient.
+  if (reduce && !reduce(*online_))
+    return std::numeric_limits<float>::quiet_NaN();
   if (cfg_.grad_clip > 0)
     torch::nn::utils::clip_grad_norm_(online_->parameters(), cfg_.grad_clip);
   opt_.step();

@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -188,11 +189,26 @@ class dqn_learner {
     return buffer_.size() >= cfg_.learning_starts;
   }
 
-  /// One gradient step on a sampled batch; returns the loss.
-  float update();
+  /// Runs between backward and the optimizer step, e.g. a learner group's
+  /// gradient all-reduce; false abandons the step (no optimizer step).
+  using gradient_hook = std::function<bool(torch::nn::Module&)>;
+
+  /// One gradient step on a sampled batch; returns the loss (NaN when
+  /// `reduce` abandoned the step).
+  float update(const gradient_hook& reduce = {});
 
   /// One gradient step on `b` (tests feed a batch by hand).
-  float update_on(const sample_batch& b);
+  float update_on(const sample_batch& b, const gradient_hook& reduce = {});
+
+  /// The optimizer (a learner group broadcasts its state).
+  torch::optim::Adam& optimizer() noexcept {
+    return opt_;
+  }
+
+  /// Sets the gradient step count (a learner group takes its root's).
+  void set_updates(std::int64_t n) noexcept {
+    updates_ = n;
+  }
 
   /// Gradient steps so far.
   std::int64_t updates() const noexcept {

@@ -10,6 +10,10 @@
 //   dqn_cartpole --eval-only=runs/dqn_cartpole/best.pt
 //   dice-launch --workers 5 -- dqn_cartpole   # 5 processes: 0 learner,
 //                                             # 1 evaluator, 2..4 collectors
+//   dqn_cartpole --learners=2             # 2 learners, one data-parallel
+//                                         # group (docs/learner_group.md)
+//   dice-launch --workers 6 --learners 2 -- dqn_cartpole  # 0,1 learners,
+//                                         # 2 evaluator, 3..5 collectors
 //
 // Writes OUT/metrics.jsonl, OUT/eval_return.png (needs gnuplot),
 // OUT/summary.json, OUT/latest.pt and OUT/best.pt; as a cluster node,
@@ -46,6 +50,7 @@ struct config : dice::node_system_config {
   std::int64_t learning_starts = 1000;
   std::int64_t seed = 0;
   std::int64_t collectors = 3;
+  std::int64_t group_learners = 1;
   std::int64_t envs = 8;
   // CAF 0.17 flags can only be switched on, so the defaults are "off".
   bool quiet = false;
@@ -56,6 +61,13 @@ struct config : dice::node_system_config {
     auto& a = run.algo;
     opt_group{custom_options_, "global"}
       .add(collectors, "collectors", "number of collector nodes (3)")
+      .add(group_learners, "learners",
+           "learner nodes in one data-parallel group, in one process (1; "
+           "in a cluster: --dice.learners)")
+      .add(run.reduce, "reduce", "a group's all-reduce: bucketed or flat")
+      .add(run.verify_every, "verify-every",
+           "a group checks that parameters are identical every N "
+           "iterations and logs digests to OUT/digests-NODE.txt (0: never)")
       .add(envs, "envs-per-collector", "CartPoles per collector (8)")
       .add(run.steps_per_collect, "steps-per-collect",
            "steps of each env per collector iteration (16)")
@@ -111,6 +123,15 @@ int caf_main(caf::actor_system& sys, const config& cfg) {
   opts.progress = !cfg.quiet;
   opts.plot = !cfg.no_plot;
   opts.algo.double_dqn = !cfg.no_double;
+  if (cfg.group_learners < 1 || cfg.group_learners > 64) {
+    std::cerr << "--learners must be 1..64\n";
+    return 2;
+  }
+  opts.learners = static_cast<std::uint32_t>(cfg.group_learners);
+  if (opts.reduce != "bucketed" && opts.reduce != "flat") {
+    std::cerr << "--reduce must be bucketed or flat\n";
+    return 2;
+  }
   opts.algo.nstep = static_cast<int>(cfg.nstep);
   opts.algo.buffer_size = static_cast<std::size_t>(cfg.buffer_size);
   opts.algo.learning_starts = static_cast<std::size_t>(cfg.learning_starts);
@@ -144,9 +165,12 @@ int caf_main(caf::actor_system& sys, const config& cfg) {
   // Epsilon follows the estimated global env step (own steps x
   // collectors): in a cluster the collectors are the nodes the default
   // roles make collectors.
-  if (ncfg->distributed && ncfg->workers > 1)
-    opts.collectors = std::max<std::uint32_t>(
-      dqn::default_collectors(ncfg->workers), 1);
+  if (ncfg->distributed) {
+    opts.learners = ncfg->learners;
+    if (ncfg->workers > 1)
+      opts.collectors = std::max<std::uint32_t>(
+        dqn::default_collectors(ncfg->workers, ncfg->learners), 1);
+  }
   auto sum = ncfg->distributed ? dqn::run_node(sys, opts, *ncfg)
                                : dqn::run_training(sys, opts);
   if (!sum) {

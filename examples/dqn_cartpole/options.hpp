@@ -6,6 +6,8 @@
 #include "caf/expected.hpp"
 #include "caf/fwd.hpp"
 
+#include "outputs.hpp"
+
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -94,21 +96,21 @@ struct run_options {
   bool progress = true;
   /// Write OUT/eval_return.png with gnuplot.
   bool plot = true;
+  /// Learners forming one data-parallel group (docs/learner_group.md): in
+  /// one process each is its own node; in a cluster dice.learners says it.
+  std::uint32_t learners = 1;
+  /// With a group: "bucketed" or "flat" gradient all-reduce.
+  std::string reduce = "bucketed";
+  /// With a group: every this many group iterations, each learner writes
+  /// its parameter digest to OUT/digests-NODE.txt and the group checks that
+  /// all digests are equal (0: never).
+  std::int64_t verify_every = 0;
   /// The algorithm.
   dqn_config algo;
 };
 
-/// One evaluation.
-struct eval_point {
-  /// Env steps (all collectors) when the evaluated model was current.
-  std::int64_t env_step = 0;
-  /// Learner gradient steps.
-  std::int64_t train_iter = 0;
-  /// Seconds since the start of the run.
-  double seconds = 0;
-  /// Mean, lowest and highest return of the episodes.
-  double mean = 0, min = 0, max = 0;
-};
+/// One evaluation (train_iter: learner gradient steps).
+using eval_point = demo::eval_point;
 
 /// What a run achieved (in a cluster: what one node saw).
 struct run_summary {
@@ -172,7 +174,8 @@ caf::expected<run_summary> run_node(caf::actor_system& sys,
                                     const dice::node_config& node);
 
 /// Collectors among `workers` nodes with the default roles.
-std::uint32_t default_collectors(std::uint32_t workers);
+std::uint32_t default_collectors(std::uint32_t workers,
+                                 std::uint32_t learners = 1);
 
 /// Loads `checkpoint` and returns the returns of `episodes` greedy episodes.
 caf::expected<std::vector<double>> run_eval_only(const std::string& checkpoint,

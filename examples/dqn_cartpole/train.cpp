@@ -16,8 +16,9 @@
 
 #include "cartpole.hpp"
 #include "dqn.hpp"
+#include "group.hpp"
 #include "options.hpp"
-#include <nlohmann/json.hpp>
+#include "outputs.hpp"
 #include <unistd.h>
 
 #include <atomic>
@@ -29,26 +30,20 @@
 #include <iomanip>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <sstream>
 
 namespace dqn {
 
 namespace {
 
-using clock_type = std::chrono::steady_clock;
-
 constexpr std::uint32_t learner_node = 0;
 constexpr std::uint32_t evaluator_node = 1;
 constexpr std::uint32_t first_collector_node = 2;
 
-/// JSON objects keep their fields in the order they were added.
-using json = nlohmann::ordered_json;
-
-/// One line of JSON: non-finite numbers as null, bytes that are not UTF-8
-/// replaced (an error text may carry a peer's bytes).
-std::string dump(const json& j) {
-  return j.dump(-1, ' ', false, json::error_handler_t::replace);
-}
+using demo::clock_type;
+using demo::fixed;
+using demo::json;
 
 /// What every node of one in-process run shares: the clock, the metrics
 /// file, the evaluation history and the progress line.
@@ -56,7 +51,7 @@ struct shared_run {
   run_options opts;
   clock_type::time_point start = clock_type::now();
   std::mutex mtx;
-  std::ofstream metrics;
+  demo::metrics_log metrics;
   std::vector<eval_point> evals;
   double best = -std::numeric_limits<double>::infinity();
   double solve_seconds = -1;
@@ -70,9 +65,8 @@ struct shared_run {
   std::int64_t resume_env_step = 0;
   std::int64_t resume_train_iter = 0;
   std::int64_t resume_env_episode = 0;
-  // Progress line on a terminal: log lines clear it first.
-  bool tty = false;
-  std::string progress_line;
+  // The live progress line (null: none).
+  demo::progress_line* progress = nullptr;
   // One node of a multi-process cluster: this process holds only its own
   // node, so outputs carry the node id and nothing is shared with others.
   bool distributed = false;
@@ -83,12 +77,7 @@ struct shared_run {
 
   void write_metrics(std::uint32_t node, const std::string& role,
                      const json& fields) {
-    json line{{"time", seconds()}, {"node", node}, {"role", role}};
-    line.update(fields);
-    auto text = dump(line);
-    std::lock_guard<std::mutex> guard{mtx};
-    if (metrics)
-      metrics << text << '\n' << std::flush;
+    metrics.write(seconds(), node, role, fields);
   }
 
   double last_eval() {
@@ -98,23 +87,8 @@ struct shared_run {
   }
 };
 
-/// The JSON object in file `path` (empty if it is missing or unreadable).
-json read_json(const std::string& path) {
-  std::ifstream f{path};
-  if (!f)
-    return json::object();
-  auto j = json::parse(f, nullptr, false);
-  return j.is_object() ? j : json::object();
-}
-
 std::string path_in(const run_options& opts, const std::string& name) {
-  return (std::filesystem::path{opts.out} / name).string();
-}
-
-std::string fixed(double x, int digits = 1) {
-  std::ostringstream os;
-  os << std::fixed << std::setprecision(digits) << x;
-  return os.str();
+  return demo::path_in(opts.out, name);
 }
 
 // -- collector ----------------------------------------------------------------
@@ -190,7 +164,7 @@ dice::middleware collect_step(std::shared_ptr<shared_run> run, q_network net,
       st->run->write_metrics(st->node, "collector",
                              {{"env_step", ctx.env_step},
                               {"env_episode", ctx.env_episode},
-                              {"train_return_mean", mean},
+                              {"train_return_mean", demo::number(mean)},
                               {"epsilon", eps},
                               {"model_version", ctx.model_version},
                               {"train_iter", ctx.train_iter}});
@@ -204,14 +178,18 @@ dice::middleware collect_step(std::shared_ptr<shared_run> run, q_network net,
 
 /// Feeds ctx.trajectories into the replay buffer, records their policy lag,
 /// runs updates_per_step gradient steps per new transition, prints the
-/// progress line and writes latest.pt.
+/// progress line and writes latest.pt. With a learner group (`group`) the
+/// learners agree on the gradient steps and average their gradients; only
+/// rank 0 reports and writes latest.pt.
 dice::middleware train_step(std::shared_ptr<shared_run> run, q_network net,
-                            std::uint32_t node) {
+                            std::uint32_t node,
+                            std::shared_ptr<group_trainer> group = nullptr) {
   struct state {
     std::shared_ptr<shared_run> run;
     dqn_learner learner;
     std::uint32_t node;
     dice::node_services* svc = nullptr;
+    std::shared_ptr<group_trainer> group;
     double owed_updates = 0;
     float last_loss = std::numeric_limits<float>::quiet_NaN();
     clock_type::time_point last_print = clock_type::now();
@@ -263,17 +241,11 @@ dice::middleware train_step(std::shared_ptr<shared_run> run, q_network net,
       try {
         learner.save_state(path_in(run->opts, "learner.pt"));
         save_checkpoint(learner.online(), path_in(run->opts, "latest.pt"));
-        auto counters = path_in(run->opts, "latest.json");
-        {
-          std::ofstream f{counters + ".tmp"};
-          f << dump(
-            {{"env_step", ctx.env_step},
-             {"train_iter", ctx.train_iter},
-             {"env_episode", ctx.env_episode},
-             {"replay", static_cast<std::int64_t>(learner.buffer().size())}})
-            << '\n';
-        }
-        std::filesystem::rename(counters + ".tmp", counters);
+        demo::write_json(path_in(run->opts, "latest.json"),
+                         {{"env_step", ctx.env_step},
+                          {"train_iter", ctx.train_iter},
+                          {"env_episode", ctx.env_episode},
+                          {"replay", learner.buffer().size()}});
         dice::log::info(node,
                         "checkpoint at env_step " + std::to_string(ctx.env_step)
                           + ", train_iter " + std::to_string(ctx.train_iter)
@@ -304,15 +276,15 @@ dice::middleware train_step(std::shared_ptr<shared_run> run, q_network net,
       run->write_metrics(node, "learner",
                          {{"train_iter", ctx.train_iter},
                           {"env_step", ctx.env_step},
-                          {"env_steps_per_s", steps_per_s},
-                          {"train_iters_per_s", iters_per_s},
-                          {"loss", static_cast<double>(last_loss)},
+                          {"env_steps_per_s", demo::number(steps_per_s)},
+                          {"train_iters_per_s", demo::number(iters_per_s)},
+                          {"loss", demo::number(last_loss)},
                           {"buffer", learner.buffer().size()},
                           {"model_version", ctx.model_version},
                           {"lag_min", lag_lo},
-                          {"lag_mean", lag_mean},
+                          {"lag_mean", demo::number(lag_mean)},
                           {"lag_max", window_lag_max}});
-      if (run->opts.progress) {
+      if (run->progress != nullptr) {
         auto ev = run->last_eval();
         std::ostringstream os;
         os << "[dqn " << fixed(run->seconds(), 0) << "s] iter "
@@ -320,13 +292,7 @@ dice::middleware train_step(std::shared_ptr<shared_run> run, q_network net,
            << fixed(steps_per_s, 0) << " env/s | " << fixed(iters_per_s, 0)
            << " it/s | eval " << (std::isnan(ev) ? "-" : fixed(ev)) << " | lag "
            << lag_lo << "/" << fixed(lag_mean) << "/" << window_lag_max;
-        std::lock_guard<std::mutex> guard{run->mtx};
-        run->progress_line = os.str();
-        if (run->tty)
-          std::fprintf(stderr, "\r\033[K%s", run->progress_line.c_str());
-        else
-          std::fprintf(stderr, "%s\n", run->progress_line.c_str());
-        std::fflush(stderr);
+        run->progress->show(os.str());
       }
       window_lag_min = std::numeric_limits<std::int64_t>::max();
       window_lag_max = 0;
@@ -335,6 +301,13 @@ dice::middleware train_step(std::shared_ptr<shared_run> run, q_network net,
     }
   };
   auto st = std::make_shared<state>(std::move(run), std::move(net), node);
+  st->group = std::move(group);
+  if (st->group) {
+    st->group->attach(st->learner);
+    if (st->run->opts.verify_every > 0)
+      st->group->digests.open(
+        path_in(st->run->opts, "digests-" + std::to_string(node) + ".txt"));
+  }
   dice::middleware m;
   m.name = "train";
   m.attach = [st](dice::node_services& svc) {
@@ -342,10 +315,15 @@ dice::middleware train_step(std::shared_ptr<shared_run> run, q_network net,
   };
   m.before = [st](dice::context& ctx) -> dice::step {
     auto& run = *st->run;
+    // In a group only rank 0 is "the learner" that reports and saves.
+    bool lead = !st->group || st->group->member->rank() == 0;
     if (ctx.total_step == 0) {
       ctx.train_iter = run.resume_train_iter;
-      ctx.env_step += run.resume_env_step;
-      ctx.env_episode += run.resume_env_episode;
+      // A group counts the resumed steps once.
+      if (lead) {
+        ctx.env_step += run.resume_env_step;
+        ctx.env_episode += run.resume_env_episode;
+      }
       // Scripts time a restarted learner by this line.
       dice::log::info(st->node,
                       "learner iterating from env_step "
@@ -361,7 +339,8 @@ dice::middleware train_step(std::shared_ptr<shared_run> run, q_network net,
     // Lag: how many models this learner sent since the one that acted
     // (a collector's initial, never-loaded model counts as version 0).
     std::size_t fresh = 0;
-    {
+    // In a group rank 0 alone publishes models, so it alone measures lag.
+    if (lead) {
       std::lock_guard<std::mutex> guard{run.mtx};
       for (auto& p : ctx.trajectories) {
         auto lag = std::max<std::int64_t>(ctx.model_version, 0)
@@ -379,6 +358,30 @@ dice::middleware train_step(std::shared_ptr<shared_run> run, q_network net,
     for (auto& b : *batches) {
       st->learner.add(b);
       fresh += b.size();
+    }
+    if (st->group) {
+      auto& opts = run.opts;
+      bool stop = st->svc->finished()
+        || (opts.max_env_steps > 0 && ctx.env_step >= opts.max_env_steps)
+        || (opts.max_seconds > 0 && run.seconds() >= opts.max_seconds);
+      auto res = st->group->iterate(ctx, st->learner, opts, fresh, stop);
+      if (res.steps > 0)
+        st->last_loss = res.loss;
+      if (lead)
+        st->report(ctx, false);
+      if (lead
+          && clock_type::now() - st->last_save >= std::chrono::seconds{10}) {
+        st->last_save = clock_type::now();
+        st->save(ctx);
+      }
+      if (res.stop && !st->svc->finished())
+        st->svc->request_finish(
+          opts.max_env_steps > 0 && ctx.env_step >= opts.max_env_steps
+            ? "max_env_steps"
+            : opts.max_seconds > 0 && run.seconds() >= opts.max_seconds
+            ? "max_seconds"
+            : "finish");
+      return dice::proceed;
     }
     if (st->learner.ready()) {
       st->owed_updates += static_cast<double>(fresh)
@@ -404,6 +407,19 @@ dice::middleware train_step(std::shared_ptr<shared_run> run, q_network net,
     return dice::proceed;
   };
   m.on_stop = [st](dice::context& ctx) {
+    if (st->group) {
+      // Count what arrived after the last iteration (the context exchanger
+      // merged it just before this hook), then leave: peers stop waiting.
+      std::vector<double> extra{0, 1};
+      if (st->group->member->group() != nullptr)
+        if (!st->group->member->sync(ctx, extra, true))
+          dice::log::warning(st->node,
+                             "learner group: the last count failed; env_step "
+                             "of this report is this learner's view");
+      st->group->member->leave();
+      if (st->group->member->rank() != 0)
+        return;
+    }
     st->save(ctx);
     st->report(ctx, true);
   };
@@ -445,18 +461,8 @@ dice::middleware eval_step(std::shared_ptr<shared_run> run, q_network net,
       return dice::proceed;
     auto returns = evaluate_greedy(st->net, run.opts.eval_episodes,
                                    run.opts.seed * 7 + 1000003 * ++st->evals);
-    eval_point pt;
-    pt.env_step = ctx.env_step;
-    pt.train_iter = ctx.train_iter;
-    pt.seconds = run.seconds();
-    pt.min = std::numeric_limits<double>::infinity();
-    pt.max = -pt.min;
-    for (auto r : returns) {
-      pt.mean += r;
-      pt.min = std::min(pt.min, r);
-      pt.max = std::max(pt.max, r);
-    }
-    pt.mean /= static_cast<double>(returns.size());
+    auto pt = demo::make_eval_point(returns, ctx.env_step, ctx.train_iter,
+                                    run.seconds());
     ctx.last_eval_iter = ctx.train_iter;
     ctx.last_eval_value = pt.mean;
     ctx.eval_value = pt.mean;
@@ -483,21 +489,20 @@ dice::middleware eval_step(std::shared_ptr<shared_run> run, q_network net,
                        {"eval_return_max", pt.max}});
     // Evaluations come several times a second: only a new best is worth a
     // line at info level (the progress line shows the latest return).
-    dice::log::write(best || solved ? dice::log::level::info
-                                    : dice::log::level::debug,
-                     st->node,
-                     "eval at train_iter {}, env_step {}: return {:.1f} (min "
-                     "{:.0f}, max {:.0f}){}",
-                     pt.train_iter, pt.env_step, pt.mean, pt.min, pt.max,
-                     best ? " new best" : "");
+    dice::log::write(
+      best || solved ? dice::log::level::info : dice::log::level::debug,
+      st->node,
+      "eval at train_iter " + std::to_string(pt.train_iter) + ", env_step "
+        + std::to_string(pt.env_step) + ": return " + fixed(pt.mean) + " (min "
+        + fixed(pt.min, 0) + ", max " + fixed(pt.max, 0) + ")"
+        + (best ? " new best" : ""));
     if (best) {
       try {
         save_checkpoint(st->net, path_in(run.opts, "best.pt"));
-        std::ofstream f{path_in(run.opts, "best.json")};
-        f << dump({{"eval_return", pt.mean},
-                   {"env_step", pt.env_step},
-                   {"train_iter", pt.train_iter}})
-          << '\n';
+        demo::write_json(path_in(run.opts, "best.json"),
+                         {{"eval_return", pt.mean},
+                          {"env_step", pt.env_step},
+                          {"train_iter", pt.train_iter}});
       } catch (const std::exception& e) {
         dice::log::error(st->node,
                          std::string{"cannot write best.pt: "} + e.what());
@@ -512,60 +517,6 @@ dice::middleware eval_step(std::shared_ptr<shared_run> run, q_network net,
     return dice::proceed;
   };
   return m;
-}
-
-// -- plot ---------------------------------------------------------------------
-
-/// Writes OUT/eval_return.dat and, if gnuplot is installed, the PNG.
-void write_plot(const shared_run& run, std::uint32_t node) {
-  auto dat = path_in(run.opts, "eval_return.dat");
-  {
-    std::ofstream f{dat};
-    f << "# env_step seconds train_iter mean min max\n";
-    for (auto& e : run.evals)
-      f << e.env_step << ' ' << e.seconds << ' ' << e.train_iter << ' '
-        << e.mean << ' ' << e.min << ' ' << e.max << '\n';
-  }
-  if (!run.opts.plot || run.evals.empty())
-    return;
-  if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) {
-    dice::log::warning(
-      node, "gnuplot not found: skipped eval_return.png (data in " + dat + ")");
-    return;
-  }
-  auto png = path_in(run.opts, "eval_return.png");
-  auto* gp = popen("gnuplot", "w");
-  if (gp == nullptr) {
-    dice::log::warning(node, "cannot start gnuplot: no plot");
-    return;
-  }
-  std::ostringstream s;
-  s << "if (strstrt(GPVAL_TERMINALS, 'pngcairo') > 0) "
-       "{ set terminal pngcairo size 1200,450 } "
-       "else { set terminal png size 1200,450 }\n"
-    << "set output '" << png << "'\n"
-    << "set multiplot layout 1,2 title 'DQN CartPole-v1: greedy eval return "
-       "(mean, min-max)'\n"
-    << "set grid\nset key bottom right\nset yrange [0:520]\n"
-    << "set xlabel 'env steps'\nset ylabel 'return'\n"
-    << "plot '" << dat
-    << "' using 1:5:6 with filledcurves lc rgb '#cce0ff' "
-       "title 'min-max', '' using 1:4 with linespoints pt 7 ps 0.5 "
-       "title 'mean', "
-    << run.opts.stop_value << " dt 2 lc rgb 'red' title 'stop value'\n"
-    << "set xlabel 'wall time (s)'\n"
-    << "plot '" << dat
-    << "' using 2:5:6 with filledcurves lc rgb '#cce0ff' "
-       "title 'min-max', '' using 2:4 with linespoints pt 7 ps 0.5 "
-       "title 'mean', "
-    << run.opts.stop_value << " dt 2 lc rgb 'red' title 'stop value'\n"
-    << "unset multiplot\n";
-  auto script = s.str();
-  std::fwrite(script.data(), 1, script.size(), gp);
-  if (pclose(gp) != 0)
-    dice::log::warning(node, "gnuplot failed: check " + png);
-  else
-    dice::log::info(node, "wrote " + png);
 }
 
 q_network make_net(const run_options& opts, const std::string& resume_from) {
@@ -583,11 +534,8 @@ caf::expected<std::string>
 open_outputs(shared_run& run, const std::string& metrics_name,
              bool need_checkpoint, std::uint32_t node, bool restarted = false) {
   auto& opts = run.opts;
-  std::error_code ec;
-  std::filesystem::create_directories(opts.out, ec);
-  if (ec)
-    return dice::make_error(dice::errc::invalid_config,
-                            "cannot create " + opts.out + ": " + ec.message());
+  if (auto err = demo::make_run_dir(opts.out))
+    return err;
   std::string resume_from;
   if (opts.resume) {
     resume_from = path_in(opts, "latest.pt");
@@ -598,7 +546,7 @@ open_outputs(shared_run& run, const std::string& metrics_name,
       resume_from.clear();
     }
     // Counters of a file that is missing or not ours read as 0.
-    auto latest = read_json(path_in(opts, "latest.json"));
+    auto latest = demo::read_json(path_in(opts, "latest.json"));
     auto counter = [&](const char* name) {
       auto it = latest.find(name);
       return it != latest.end() && it->is_number_integer()
@@ -612,7 +560,7 @@ open_outputs(shared_run& run, const std::string& metrics_name,
     run.resume_train_iter = train_iter;
     run.resume_env_episode = env_episode;
     // best.pt is only replaced by a model that beats the one it holds.
-    auto best = read_json(path_in(opts, "best.json"));
+    auto best = demo::read_json(path_in(opts, "best.json"));
     if (best.contains("eval_return") && best["eval_return"].is_number())
       run.best = best["eval_return"].get<double>();
     dice::log::info(node,
@@ -623,11 +571,9 @@ open_outputs(shared_run& run, const std::string& metrics_name,
                       + ", train_iter " + std::to_string(train_iter)
                       + ", env_episode " + std::to_string(env_episode) + ")");
   }
-  run.metrics.open(path_in(opts, metrics_name),
-                   opts.resume || restarted ? std::ios::app : std::ios::trunc);
-  if (!run.metrics)
-    return dice::make_error(dice::errc::invalid_config,
-                            "cannot write " + path_in(opts, metrics_name));
+  if (auto err = run.metrics.open(path_in(opts, metrics_name),
+                                  opts.resume || restarted))
+    return err;
   return resume_from;
 }
 
@@ -671,39 +617,58 @@ void collect_results(shared_run& run, run_summary& sum) {
   }
 }
 
-/// Writes `sum` as one JSON object to OUT/`name`.
-void write_summary(const run_options& opts, const run_summary& sum,
-                   const std::string& name) {
-  std::ofstream f{path_in(opts, name)};
-  f << summary_json(sum) << '\n';
-}
-
-} // namespace
-
-std::string summary_json(const run_summary& sum) {
+/// The summary as a JSON object (see summary_json).
+json summary_object(const run_summary& sum) {
   json j;
   if (!sum.roles.empty()) {
     j["node"] = sum.node;
     j["roles"] = sum.roles;
   }
-  j["solved"] = sum.solved ? 1 : 0;
+  j["solved"] = static_cast<int>(sum.solved);
   j["solve_seconds"] = sum.solve_seconds;
   j["solve_env_steps"] = sum.solve_env_steps;
-  j["best_eval"] = sum.best_eval;
-  j["last_eval"] = sum.last_eval;
+  j["best_eval"] = demo::number(sum.best_eval);
+  j["last_eval"] = demo::number(sum.last_eval);
   j["evaluations"] = sum.evals.size();
   j["env_steps"] = sum.env_steps;
   j["train_iters"] = sum.train_iters;
   j["learner_iterations"] = sum.learner_iterations;
   j["seconds"] = sum.seconds;
-  j["env_steps_per_s"] = sum.env_steps_per_s();
-  j["train_iters_per_s"] = sum.train_iters_per_s();
+  j["env_steps_per_s"] = demo::number(sum.env_steps_per_s());
+  j["train_iters_per_s"] = demo::number(sum.train_iters_per_s());
   j["lag_min"] = sum.lag_min;
   j["lag_mean"] = sum.lag_mean;
   j["lag_max"] = sum.lag_max;
   j["stop_reason"] = sum.stop_reason;
   j["failed"] = sum.failed;
-  return dump(j);
+  return j;
+}
+
+/// Writes `sum` as one JSON object to OUT/`name`.
+void write_summary(const run_options& opts, const run_summary& sum,
+                   const std::string& name) {
+  try {
+    demo::write_json(path_in(opts, name), summary_object(sum));
+  } catch (const std::exception& e) {
+    dice::log::error(sum.node,
+                     std::string{"cannot write summary: "} + e.what());
+  }
+}
+
+/// The address a group's learner binds Gloo to and publishes as rank 0:
+/// the node's listen address, else its entry in dice.nodes, else loopback.
+std::string group_address(const dice::node_config& cfg) {
+  if (!cfg.host.empty() && cfg.host != "0.0.0.0" && cfg.host != "::")
+    return cfg.host;
+  if (cfg.index < cfg.nodes.size() && !cfg.nodes[cfg.index].host.empty())
+    return cfg.nodes[cfg.index].host;
+  return "127.0.0.1";
+}
+
+} // namespace
+
+std::string summary_json(const run_summary& sum) {
+  return demo::dump(summary_object(sum));
 }
 
 caf::expected<run_summary> run_training(caf::actor_system& sys,
@@ -714,27 +679,11 @@ caf::expected<run_summary> run_training(caf::actor_system& sys,
   if (!resume)
     return resume.error();
   auto resume_from = *resume;
-  run->tty = opts.progress && isatty(STDERR_FILENO) != 0;
-  // On a terminal the progress line is redrawn in place; log lines clear it
-  // first and redraw it after.
-  dice::log::sink prev_sink;
-  if (run->tty) {
-    auto shown = std::make_shared<dice::log::sink>();
-    prev_sink = dice::log::set_sink(nullptr);
-    *shown = prev_sink;
-    std::weak_ptr<shared_run> weak = run;
-    dice::log::set_sink([shown, weak](dice::log::level lvl, std::uint32_t node,
-                                      const std::string& msg) {
-      auto r = weak.lock();
-      if (r)
-        std::fprintf(stderr, "\r\033[K");
-      (*shown)(lvl, node, msg);
-      if (r) {
-        std::lock_guard<std::mutex> guard{r->mtx};
-        std::fprintf(stderr, "%s", r->progress_line.c_str());
-      }
-    });
-  }
+  std::optional<demo::progress_line> progress;
+  progress.emplace(opts.progress);
+  run->progress = opts.progress ? &*progress : nullptr;
+  // Role actors run on their own threads (role_config::detached), so a
+  // group's learners blocking in collectives hold no worker the others need.
   std::vector<dice::local_node> nodes;
   try {
     torch::manual_seed(opts.seed);
@@ -751,8 +700,42 @@ caf::expected<run_summary> run_training(caf::actor_system& sys,
         .use(std::move(work));
       nodes.push_back(dice::local_node{id, {r}, std::move(p)});
     };
-    add(learner_node, dice::role::learner, learner_models(learner_net, opts),
-        train_step(run, learner_net, learner_node));
+    if (opts.learners <= 1) {
+      add(learner_node, dice::role::learner, learner_models(learner_net, opts),
+          train_step(run, learner_net, learner_node));
+    } else {
+      // Rank 0 is node 0 (it alone publishes models); ranks 1.. follow the
+      // collectors' ids. Each learner is its own node: the group forms
+      // through the bus and all-reduces over loopback.
+      auto mode = opts.reduce == "flat" ? dice::reduce_mode::flat
+                                        : dice::reduce_mode::bucketed;
+      for (std::uint32_t r = 0; r < opts.learners; ++r) {
+        auto id = r == 0 ? learner_node
+                         : first_collector_node + opts.collectors + r - 1;
+        auto net = learner_net;
+        if (r > 0) {
+          net = make_net(opts, resume_from);
+          hard_update(*net, *learner_net);
+        }
+        dice::learner_group_member_options mo;
+        mo.rank = static_cast<int>(r);
+        mo.size = static_cast<int>(opts.learners);
+        mo.max_nodes = first_collector_node + opts.collectors + opts.learners;
+        mo.mode = mode;
+        auto trainer = std::make_shared<group_trainer>();
+        trainer->member = std::make_shared<dice::learner_group_member>(mo);
+        dice::context_exchanger_options co;
+        co.partition = trainer->member->partition();
+        dice::pipeline p;
+        p.use(trainer->member->make_middleware())
+          .use(dice::context_exchanger(co));
+        if (r == 0)
+          p.use(learner_models(net, opts));
+        p.use(train_step(run, net, id, trainer));
+        nodes.push_back(
+          dice::local_node{id, {dice::role::learner}, std::move(p)});
+      }
+    }
     add(evaluator_node, dice::role::evaluator,
         dice::model_exchanger(dice::model_port_of(eval_net.ptr())),
         eval_step(run, eval_net, evaluator_node));
@@ -764,15 +747,15 @@ caf::expected<run_summary> run_training(caf::actor_system& sys,
           collect_step(run, net, id));
     }
   } catch (const std::exception& e) {
-    if (run->tty)
-      dice::log::set_sink(prev_sink);
     return dice::make_error(dice::errc::invalid_config,
                             std::string{"cannot build the nodes: "} + e.what());
   }
   dice::log::info(learner_node,
-                  "DQN on CartPole-v1: 1 learner, 1 evaluator, "
-                    + std::to_string(opts.collectors) + " collectors x "
-                    + std::to_string(opts.envs_per_collector) + " envs, "
+                  "DQN on CartPole-v1: " + std::to_string(opts.learners)
+                    + (opts.learners > 1 ? " learners (one group)" : " learner")
+                    + ", 1 evaluator, " + std::to_string(opts.collectors)
+                    + " collectors x " + std::to_string(opts.envs_per_collector)
+                    + " envs, "
                     + (opts.periodical ? "periodical" : "per-iteration")
                     + " model exchange, seed " + std::to_string(opts.seed)
                     + ", out " + opts.out);
@@ -783,10 +766,8 @@ caf::expected<run_summary> run_training(caf::actor_system& sys,
       std::chrono::duration<double>(opts.max_seconds + 120));
   run->start = clock_type::now();
   auto reports = dice::run_local(sys, std::move(nodes), lro);
-  if (run->tty) {
-    std::fprintf(stderr, "\n");
-    dice::log::set_sink(prev_sink);
-  }
+  run->progress = nullptr;
+  progress.reset();
   if (!reports)
     return reports.error();
   run_summary sum;
@@ -805,15 +786,17 @@ caf::expected<run_summary> run_training(caf::actor_system& sys,
     dice::log::info(rep.node, "report " + dice::to_json(rep));
   }
   collect_results(*run, sum);
-  write_plot(*run, evaluator_node);
+  demo::write_eval_plot(opts.out, run->evals, "DQN CartPole-v1",
+                        opts.stop_value, opts.plot, evaluator_node);
   write_summary(opts, sum, "summary.json");
   return sum;
 }
 
-std::uint32_t default_collectors(std::uint32_t workers) {
+std::uint32_t default_collectors(std::uint32_t workers,
+                                 std::uint32_t learners) {
   std::uint32_t n = 0;
   for (std::uint32_t i = 0; i < workers; ++i)
-    if (dice::default_roles(i, workers).has(dice::role::collector))
+    if (dice::default_roles(i, workers, learners).has(dice::role::collector))
       ++n;
   return n;
 }
@@ -824,8 +807,9 @@ caf::expected<run_summary> run_node(caf::actor_system& sys,
   auto run = std::make_shared<shared_run>();
   run->opts = opts;
   run->distributed = true;
-  auto roles = cfg.roles.empty() ? dice::default_roles(cfg.index, cfg.workers)
-                                 : cfg.roles;
+  auto roles = cfg.roles.empty()
+    ? dice::default_roles(cfg.index, cfg.workers, cfg.learners)
+    : cfg.roles;
   auto id = cfg.id;
   // One pipeline per process; a node with several roles runs the first of
   // learner, evaluator, collector (the exchangers serve one role well).
@@ -834,8 +818,13 @@ caf::expected<run_summary> run_node(caf::actor_system& sys,
                                              : dice::role::collector;
   // Without an evaluator node (a 2-node cluster) the learner evaluates, so
   // the stop value still ends the run.
+  // A group's learners are nodes 0..L-1 (their rank is the index), rank 0
+  // evaluates when no node is left for an evaluator.
+  bool grouped = role == dice::role::learner && cfg.learners > 1;
+  int rank = grouped ? static_cast<int>(cfg.index) : 0;
   bool evaluates = role == dice::role::evaluator
-    || (role == dice::role::learner && cfg.workers == 2);
+    || (role == dice::role::learner && rank == 0
+        && cfg.workers <= cfg.learners + 1);
   // A learner that dice-launch started again resumes from its last
   // checkpoint (no --resume needed); other nodes get its model anyway.
   if (cfg.restart_count > 0 && role == dice::role::learner && !opts.resume) {
@@ -869,12 +858,34 @@ caf::expected<run_summary> run_node(caf::actor_system& sys,
     auto net = make_net(opts, *resume);
     // A restarted learner greets collectors that wait for its model (they
     // would otherwise wait for data while it waits for theirs).
-    if (role == dice::role::learner)
+    std::shared_ptr<group_trainer> trainer;
+    dice::context_exchanger_options co;
+    if (grouped) {
+      if (cfg.index >= cfg.learners)
+        throw std::runtime_error(
+          "a learner of a group of " + std::to_string(cfg.learners)
+          + " must be one of nodes 0.." + std::to_string(cfg.learners - 1));
+      dice::learner_group_member_options mo;
+      mo.rank = rank;
+      mo.size = static_cast<int>(cfg.learners);
+      mo.max_nodes = std::max<std::uint32_t>(cfg.workers, cfg.id + 1);
+      mo.address = group_address(cfg);
+      mo.mode = opts.reduce == "flat" ? dice::reduce_mode::flat
+                                      : dice::reduce_mode::bucketed;
+      trainer = std::make_shared<group_trainer>();
+      trainer->member = std::make_shared<dice::learner_group_member>(mo);
+      co.partition = trainer->member->partition();
+      pipe.use(trainer->member->make_middleware());
+    }
+    // Rank 0 alone greets the collectors and publishes models.
+    if (role == dice::role::learner && rank == 0)
       pipe.use(dice::learner_hello(dice::model_port_of(net.ptr())));
-    pipe.use(dice::context_exchanger());
+    pipe.use(dice::context_exchanger(co));
     switch (role) {
       case dice::role::learner:
-        pipe.use(learner_models(net, opts)).use(train_step(run, net, id));
+        if (rank == 0)
+          pipe.use(learner_models(net, opts));
+        pipe.use(train_step(run, net, id, trainer));
         if (evaluates)
           pipe.use(eval_step(run, net, id));
         break;
@@ -910,8 +921,13 @@ caf::expected<run_summary> run_node(caf::actor_system& sys,
   if (opts.max_seconds > 0)
     nro.deadline = std::chrono::duration_cast<caf::timespan>(
       std::chrono::duration<double>(opts.max_seconds + 120));
+  std::optional<demo::progress_line> progress;
+  progress.emplace(opts.progress);
+  run->progress = opts.progress ? &*progress : nullptr;
   run->start = clock_type::now();
   auto rep = node->run(std::move(pipe), nro);
+  run->progress = nullptr;
+  progress.reset();
   node->stop();
   if (!rep)
     return rep.error();
@@ -929,7 +945,8 @@ caf::expected<run_summary> run_node(caf::actor_system& sys,
   sum.failed = rep->failed;
   collect_results(*run, sum);
   if (evaluates)
-    write_plot(*run, id);
+    demo::write_eval_plot(opts.out, run->evals, "DQN CartPole-v1",
+                          opts.stop_value, opts.plot, id);
   write_summary(opts, sum, "summary-" + std::to_string(id) + ".json");
   return sum;
 }

@@ -1,5 +1,7 @@
 #include "loop.hpp"
 
+#include "ppo.hpp"
+
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 

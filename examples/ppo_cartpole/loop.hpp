@@ -5,7 +5,8 @@
 // greedy evaluation. The learning check and hyper-parameter bench of the
 // algorithm; the cluster run wires the same pieces as role actors.
 
-#include "ppo.hpp"
+#include "algo.hpp"
+#include "segment.hpp"
 
 #include <cstdint>
 #include <functional>

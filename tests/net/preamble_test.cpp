@@ -128,7 +128,7 @@ TEST(Preamble, AChangedChannelIsRefused) {
 }
 
 TEST(Preamble, AChannelTheAcceptorDoesNotServeIsRefusedByTheDialer) {
-  auto r = run(secret_1, secret_1, static_cast<channel>(2));
+  auto r = run(secret_1, secret_1, static_cast<channel>(3));
   EXPECT_EQ(r.dialer, preamble_state::failed);
   EXPECT_EQ(r.dialer_error, preamble_error::unknown_channel);
   EXPECT_TRUE(r.d2.empty());

@@ -19,9 +19,14 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
+
+namespace dice::net {
+class data_plane;
+} // namespace dice::net
 
 namespace dice {
 
@@ -69,6 +74,10 @@ using bus_actor = caf::typed_actor<
   caf::reacts_to<forward_atom, std::string, std::uint32_t, caf::message>,
   // forward(chunk): a piece of a large snapshot a peer published.
   caf::reacts_to<forward_atom, snapshot_chunk>,
+  // forward(topic, sender node, transfer, snapshot without its bytes): a
+  // snapshot whose bytes travel on the data plane (net/data_plane.hpp).
+  caf::reacts_to<forward_atom, std::string, std::uint32_t, std::uint64_t,
+                 model_snapshot>,
   // done(peer node): every member of the peer is done.
   caf::reacts_to<done_atom, std::uint32_t>,
   // -- control ----------------------------------------------------------------
@@ -122,6 +131,10 @@ struct bus_config {
   caf::actor dialer;
   /// Snapshots larger than this travel to peers in chunks of this size.
   std::size_t chunk_bytes = default_chunk_bytes;
+  /// The node's data plane: large snapshots to peers it connected travel
+  /// on their own connections beside BASP. Null: BASP only (the
+  /// deterministic tests, and `--dice.data-channel=false`).
+  std::shared_ptr<net::data_plane> data;
 };
 
 /// One subscriber of a topic.

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -44,6 +45,32 @@ struct context_exchange_stats {
   std::atomic<std::uint64_t> buffered_bytes_peak{0};
   /// Most unacked deltas a collector held at once.
   std::atomic<std::uint64_t> unacked_peak{0};
+  /// Deltas a learner of a group left to the learner that owns their
+  /// collector (neither applied nor acked).
+  std::atomic<std::uint64_t> deltas_not_owned{0};
+};
+
+/// How a learner of a data-parallel group (docs/learner_group.md) takes its
+/// share of the collectors' context: it applies only the deltas of the
+/// collectors it owns, and acknowledges them only once the group counted
+/// them (so a delta whose learner died before that is resent to its new
+/// owner instead of being lost).
+struct context_partition {
+  /// True for the collector nodes whose deltas this learner applies (null:
+  /// every one). Asked for every delta, so an owner change applies at once.
+  std::function<bool(std::uint32_t)> owns;
+  /// Merges do not acknowledge; `ack_now` does.
+  bool defer_acks = false;
+  /// Set by the exchanger when it attaches: acknowledges every delta merged
+  /// so far.
+  std::function<void()> ack_now;
+  /// Set by the exchanger: the latest epoch heard from `collector` and the
+  /// seq up to which its deltas are settled here ({0, 0}: none heard).
+  std::function<std::pair<std::uint64_t, std::uint64_t>(std::uint32_t)>
+    watermark;
+  /// Set by the exchanger: treats `collector`'s deltas of `epoch` up to
+  /// `upto` as applied (a lost learner's group counted them already).
+  std::function<void(std::uint32_t, std::uint64_t, std::uint64_t)> settle;
 };
 
 /// The topic a learner acknowledges node `collector`'s deltas on.
@@ -86,6 +113,8 @@ struct context_exchanger_options {
   std::size_t max_buffered_bytes = std::size_t{1} << 30;
   /// Receives the exchanger's counters (null: none kept outside).
   std::shared_ptr<context_exchange_stats> stats;
+  /// A learner's share of the collectors in a group (null: all of them).
+  std::shared_ptr<context_partition> partition;
 };
 
 /// The event (topic) a node with role `r` emits its context on:

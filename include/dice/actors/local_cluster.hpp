@@ -31,6 +31,10 @@ struct local_node {
   /// `main`); empty: a restart reuses `pipe` with the state its middleware
   /// kept.
   std::function<pipeline()> rebuild = nullptr;
+  /// False keeps this node's role actor on CAF's worker pool even when
+  /// `local_run_options::detached_roles` is set (a node that only routes
+  /// or answers needs no thread of its own).
+  bool detached = true;
 };
 
 /// Options of an in-process run.
@@ -46,6 +50,9 @@ struct local_run_options {
   /// restarts); the next exception ends the run as an error
   /// (--dice.max-restarts).
   std::int64_t max_restarts = 0;
+  /// Run each role actor on its own thread, so that one that trains never
+  /// holds a worker the bus needs (see role_config::detached).
+  bool detached_roles = true;
 };
 
 /// Runs every node as a role actor in `sys` on one bus: joins them all

@@ -57,7 +57,11 @@ caf::expected<std::vector<endpoint>> parse_endpoints(std::string_view str);
 
 /// Roles by position, as DI-engine's examples assign them: 0 learner, 1
 /// evaluator when the cluster has more than 2 nodes, the rest collectors.
-role_set default_roles(std::uint32_t index, std::uint32_t workers);
+/// With `learners` > 1: 0..learners-1 learners (a data-parallel group,
+/// docs/learner_group.md), then the evaluator when nodes are left for
+/// collectors too, then collectors.
+role_set default_roles(std::uint32_t index, std::uint32_t workers,
+                       std::uint32_t learners = 1);
 
 /// The nodes that the node at `index` attaches to in `topo`, given the
 /// addresses of all nodes in order (DI-engine: mesh `nodes[:i]`, star
@@ -86,7 +90,9 @@ struct node_config {
   std::uint32_t index = 0;
   /// Nodes in the cluster.
   std::uint32_t workers = 1;
-  /// Roles; empty picks `default_roles(index, workers)`.
+  /// Learner nodes (indices 0..learners-1): they form a data-parallel group.
+  std::uint32_t learners = 1;
+  /// Roles; empty picks `default_roles(index, workers, learners)`.
   role_set roles;
   /// Address to listen on ("" = every interface). A node that listens on
   /// more than loopback refuses to start with neither `secret` nor `tls`,
@@ -119,6 +125,9 @@ struct node_config {
   /// Listen on a non-loopback address with neither secret nor TLS (logged
   /// as a warning): anyone who reaches the port and speaks dice joins.
   bool insecure = false;
+  /// Large snapshots to peers travel on data connections beside BASP
+  /// (net/data_plane.hpp); false: BASP only, as before protocol v4.
+  bool data_channel = true;
   /// Part of a cluster (false: the embedded single-process mode).
   bool distributed = false;
   /// Cluster secret (empty: none); peers prove they know it before any
@@ -146,6 +155,8 @@ class node_system_config : public caf::actor_system_config {
   std::int64_t node_id = -1;
   /// dice.workers (0: not set).
   std::size_t workers = 0;
+  /// dice.learners: learner nodes forming one data-parallel group.
+  std::size_t learners = 1;
   /// dice.roles ("": by node id).
   std::string roles;
   /// dice.host.
@@ -173,6 +184,8 @@ class node_system_config : public caf::actor_system_config {
   std::size_t max_pending = 64;
   /// dice.insecure.
   bool insecure = false;
+  /// dice.data-channel.
+  bool data_channel = true;
   /// dice.secret-file: a file holding the cluster secret.
   std::string secret_file;
   /// dice.deterministic: run the embedded (one-process) mode on one thread
@@ -202,6 +215,8 @@ struct node_run_options {
   /// Builds the pipeline of a restarted role actor; empty: the pipeline
   /// given to `run` is reused with the state its middleware kept.
   std::function<pipeline()> rebuild;
+  /// Run the role actor on its own thread (see role_config::detached).
+  bool detached_role = true;
 };
 
 /// One node of a cluster: its bus, published through the middleman and
@@ -242,6 +257,12 @@ class node {
     return cfg_;
   }
 
+  /// The data plane (null when off: `data_channel` false, or not
+  /// distributed).
+  const std::shared_ptr<net::data_plane>& data_plane() const noexcept {
+    return data_;
+  }
+
   /// Runs `pipe` as this node's role actor until the cluster finishes;
   /// returns its report.
   caf::expected<node_report> run(pipeline pipe, node_run_options opts = {});
@@ -262,6 +283,7 @@ class node {
   bus_actor bus_;
   std::uint16_t port_ = 0;
   std::shared_ptr<net::listener> listener_;
+  std::shared_ptr<net::data_plane> data_;
 };
 
 } // namespace dice

@@ -34,6 +34,8 @@ using role_actor = caf::typed_actor<
   caf::reacts_to<std::string, context_delta>,
   caf::reacts_to<std::string, model_snapshot>,
   caf::reacts_to<std::string, storage_ref>,
+  // short text on a topic (a learner group's rendezvous, learner_group_hello.hpp)
+  caf::reacts_to<std::string, std::string>,
   caf::reacts_to<finish>,
   caf::reacts_to<start_atom>,
   caf::replies_to<ready_atom>::with<bool>,
@@ -76,6 +78,11 @@ struct role_config {
   std::int64_t restarts_left = 0;
   /// Restarts before this incarnation (node_report::restarts).
   std::int64_t restarts = 0;
+  /// Run on its own thread (CAF `detached`): middleware that trains,
+  /// evaluates or writes files then never holds a worker of the pool the
+  /// bus routes on (bench/router_latency_bench). Ignored on CAF's test
+  /// coordinator (deterministic mode), where every actor shares one thread.
+  bool detached = true;
 };
 
 /// State of a role actor; implements the services middleware sees.
@@ -234,5 +241,9 @@ struct role_state : node_services {
 role_actor::behavior_type
 role_runner(role_actor::stateful_pointer<role_state> self, role_config cfg,
             pipeline pipe);
+
+/// Spawns a role actor running `pipe`: detached when `cfg.detached` and
+/// `sys` is not deterministic (see dice/actors/scheduling.hpp).
+role_actor spawn_role(caf::actor_system& sys, role_config cfg, pipeline pipe);
 
 } // namespace dice

@@ -17,7 +17,9 @@ namespace dice {
 /// `base`. 4: peers talk to each other's gate only; the hello carries no
 /// backlog (it follows as ordinary, chunked forwards just before the
 /// answer); a node id that is still connected is answered `retry_later`.
-inline constexpr std::uint32_t bus_protocol_version = 4;
+/// 5: the data plane (a `data` field in the hello, channel 2 on the port,
+/// snapshot references on BASP; net/data_plane.hpp).
+inline constexpr std::uint32_t bus_protocol_version = 5;
 
 /// The handshake between two nodes: who the node is, what it listens to,
 /// and whether its run is over.
@@ -37,12 +39,16 @@ struct peer_hello {
   /// With a cluster secret: the attacher's answer to the acceptor's
   /// challenge (see dice/auth.hpp); empty otherwise.
   std::string proof;
+  /// The data plane: in the attacher's hello non-empty if it can open data
+  /// connections; in the acceptor's answer the ticket for them (empty: none,
+  /// snapshots stay on BASP).
+  std::string data;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, peer_hello& x) {
   return f(caf::meta::type_name("dice::peer_hello"), x.version, x.node, x.roles,
-           x.topics, x.finished, x.drained, x.proof);
+           x.topics, x.finished, x.drained, x.proof, x.data);
 }
 
 } // namespace dice

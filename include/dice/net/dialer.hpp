@@ -1,7 +1,11 @@
 #pragma once
 
+#include "dice/net/preamble.hpp"
+#include "dice/net/socket.hpp"
+
 #include "caf/actor.hpp"
 #include "caf/actor_system.hpp"
+#include "caf/expected.hpp"
 #include "caf/timespan.hpp"
 
 #include <chrono>
@@ -21,6 +25,15 @@ struct dialer_config {
   /// Deadline of one attempt: connect, preamble and BASP handshake.
   caf::timespan connect_timeout = std::chrono::seconds{2};
 };
+
+/// Connects to `host`:`port` and runs dice's preamble for channel `ch`
+/// before `deadline`; the (non-blocking) socket is left at the channel's
+/// first byte. Failures of the secret are counted
+/// (`trust_event::auth_refused`).
+caf::expected<int> dial_channel(const std::string& secret,
+                                const std::string& host, std::uint16_t port,
+                                channel ch,
+                                deadline_clock::time_point deadline);
 
 /// Spawns a node's dialer: it answers `(connect_atom, host, port)` like
 /// CAF's middleman actor does, with `(node_id, strong_actor_ptr,

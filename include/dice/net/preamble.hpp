@@ -54,6 +54,9 @@ inline constexpr std::size_t preamble_nonce_size = 32;
 enum class channel : std::uint8_t {
   /// CAF's BASP: the buses' messages.
   control = 1,
+  /// Bulk bytes between two connected buses (net/data_plane.hpp), bound to
+  /// their control session by a ticket.
+  data = 2,
 };
 
 /// True for a channel this version serves.

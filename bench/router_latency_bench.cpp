@@ -1,0 +1,272 @@
+// How long a message takes through the bus while learners train (issue 10,
+// item 4). Two role actors run real DQN gradient steps (LibTorch, the demo's
+// Q-network and replay buffer) back to back; a pinger and a ponger role
+// actor bounce a context delta through the bus and time each round trip.
+// The bus, pinger and ponger always run on CAF's worker pool. Three runs in
+// one process: no trainers (the baseline), trainers on the pool too (role
+// actors not detached: dice before this change), and trainers on their own
+// threads (the default now). The pool has as many
+// workers as there are trainers, as on a 2-core machine, whatever this
+// machine has.
+//
+// Prints one JSON object (bench/run reads it):
+//   {"idle": {...}, "pool": {...}, "detached": {...}} with, per run, the
+//   round trips' p50/p99/max in microseconds and the trainers' updates/s.
+
+#include "dice/actors/local_cluster.hpp"
+#include "dice/log.hpp"
+#include "dice/messages/context_delta.hpp"
+#include "dice/type_ids.hpp"
+
+#include "caf/actor_system.hpp"
+#include "caf/actor_system_config.hpp"
+#include "caf/make_message.hpp"
+
+#include "dqn.hpp"
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace {
+
+using namespace std::chrono_literals;
+using clock_type = std::chrono::steady_clock;
+
+constexpr int trainers = 2;
+
+struct bench_config : caf::actor_system_config {
+  bench_config() {
+    set("logger.verbosity", caf::atom("quiet"));
+    set("scheduler.max-threads", trainers);
+    dice::add_message_types(*this);
+  }
+};
+
+// A learner-like stage: `updates` DQN gradient steps per iteration, on a
+// buffer filled with random transitions (what a step costs does not depend
+// on what it learns), then a short wait.
+dice::middleware trainer(int updates, std::shared_ptr<std::atomic<long>> done) {
+  struct state {
+    std::unique_ptr<dqn::dqn_learner> learner;
+  };
+  auto st = std::make_shared<state>();
+  dice::middleware m;
+  m.name = "trainer";
+  m.attach = [st](dice::node_services&) {
+    dqn::dqn_config cfg;
+    st->learner = std::make_unique<dqn::dqn_learner>(dqn::q_network{cfg.hidden},
+                                                     cfg, 1);
+    dqn::transition_batch b;
+    std::mt19937_64 rng{7};
+    std::uniform_real_distribution<float> u{-1.f, 1.f};
+    for (int i = 0; i < 2000; ++i) {
+      for (int k = 0; k < 4; ++k) {
+        b.obs.push_back(u(rng));
+        b.next_obs.push_back(u(rng));
+      }
+      b.action.push_back(static_cast<std::uint8_t>(i % 2));
+      b.reward.push_back(1.f);
+      b.discount.push_back(0.97f);
+    }
+    st->learner->add(b);
+  };
+  m.before = [st, updates, done](dice::context&) -> dice::step {
+    for (int i = 0; i < updates; ++i)
+      st->learner->update();
+    *done += updates;
+    // A pause of 1 ms between iterations, as a learner waiting for its
+    // next data would make: it returns the actor to its mailbox. (An actor
+    // whose mailbox is never empty keeps its worker for good under CAF
+    // 0.17's default unlimited max-throughput.)
+    return dice::wait_for{[] {
+                            return false;
+                          },
+                          1ms,
+                          [](dice::context&, dice::wait_outcome) {
+                            return dice::proceed;
+                          }};
+  };
+  return m;
+}
+
+// Answers every ping with a pong; waits (handling messages) otherwise.
+dice::middleware ponger() {
+  auto svc = std::make_shared<dice::node_services*>(nullptr);
+  dice::middleware m;
+  m.name = "ponger";
+  m.attach = [svc](dice::node_services& s) {
+    *svc = &s;
+    s.subscribe("ping", [svc](const caf::type_erased_tuple& x) {
+      auto d = x.get_as<dice::context_delta>(1);
+      d.sender = (*svc)->node_id();
+      (*svc)->publish("pong", caf::make_message(std::string{"pong"}, d));
+    });
+  };
+  m.before = [](dice::context&) -> dice::step {
+    return dice::wait_for{[] {
+                            return false;
+                          },
+                          std::chrono::hours{1},
+                          [](dice::context&, dice::wait_outcome) {
+                            return dice::proceed;
+                          }};
+  };
+  return m;
+}
+
+struct probe_result {
+  std::vector<double> rtt_us;
+  int lost = 0;
+};
+
+// Sends `n` pings, one every millisecond or so (after the previous pong),
+// and times each round trip.
+dice::middleware pinger(int n, std::shared_ptr<probe_result> out) {
+  struct state {
+    dice::node_services* svc = nullptr;
+    std::uint64_t sent = 0;
+    std::uint64_t got = 0;
+    clock_type::time_point t0;
+  };
+  auto st = std::make_shared<state>();
+  dice::middleware m;
+  m.name = "pinger";
+  m.attach = [st](dice::node_services& s) {
+    st->svc = &s;
+    s.subscribe("pong", [st](const caf::type_erased_tuple& x) {
+      st->got = std::max(st->got, x.get_as<dice::context_delta>(1).seq);
+    });
+  };
+  m.before = [st, n, out](dice::context&) -> dice::step {
+    if (st->sent >= static_cast<std::uint64_t>(n)) {
+      st->svc->request_finish("probe done");
+      return dice::proceed;
+    }
+    dice::context_delta d;
+    d.sender = st->svc->node_id();
+    d.seq = ++st->sent;
+    d.env_step = 1;
+    st->t0 = clock_type::now();
+    st->svc->publish("ping", caf::make_message(std::string{"ping"}, d));
+    auto want = st->sent;
+    auto gap = [](dice::context&, dice::wait_outcome) -> dice::step {
+      return dice::wait_for{[] {
+                              return false;
+                            },
+                            1ms,
+                            [](dice::context&, dice::wait_outcome) {
+                              return dice::proceed;
+                            }};
+    };
+    return dice::wait_for{
+      [st, want] {
+        return st->got >= want;
+      },
+      2s,
+      [st, out, gap](dice::context& ctx, dice::wait_outcome o) {
+        if (o == dice::wait_outcome::ready)
+          out->rtt_us.push_back(std::chrono::duration<double, std::micro>(
+                                  clock_type::now() - st->t0)
+                                  .count());
+        else
+          ++out->lost;
+        return gap(ctx, o);
+      }};
+  };
+  return m;
+}
+
+double percentile(std::vector<double> xs, double p) {
+  if (xs.empty())
+    return 0;
+  std::sort(xs.begin(), xs.end());
+  auto i = static_cast<std::size_t>(p * static_cast<double>(xs.size() - 1));
+  return xs[i];
+}
+
+nlohmann::json run(int with_trainers, bool detached, int pings, int updates) {
+  bench_config cfg;
+  caf::actor_system sys{cfg};
+  auto probe = std::make_shared<probe_result>();
+  auto done = std::make_shared<std::atomic<long>>(0);
+  std::vector<dice::local_node> nodes;
+  {
+    dice::pipeline p;
+    p.use(pinger(pings, probe));
+    // The probes stay on the pool with the bus: what they see is what
+    // any actor on the pool sees.
+    dice::local_node n{0, {dice::role::collector}, std::move(p), 0};
+    n.detached = false;
+    nodes.push_back(std::move(n));
+  }
+  {
+    dice::pipeline p;
+    p.use(ponger());
+    dice::local_node n{1, {dice::role::evaluator}, std::move(p), 0};
+    n.detached = false;
+    nodes.push_back(std::move(n));
+  }
+  for (int i = 0; i < with_trainers; ++i) {
+    dice::pipeline p;
+    p.use(trainer(updates, done));
+    nodes.push_back(dice::local_node{static_cast<std::uint32_t>(2 + i),
+                                     {dice::role::learner},
+                                     std::move(p),
+                                     0});
+  }
+  dice::local_run_options opts;
+  opts.print_reports = false;
+  opts.deadline = std::chrono::minutes{5};
+  opts.detached_roles = detached;
+  auto t0 = clock_type::now();
+  auto reps = dice::run_local(sys, std::move(nodes), opts);
+  auto secs = std::chrono::duration<double>(clock_type::now() - t0).count();
+  if (!reps) {
+    std::cerr << "run failed: " << dice::render(reps.error()) << std::endl;
+    std::exit(1);
+  }
+  return {{"p50_us", percentile(probe->rtt_us, 0.5)},
+          {"p99_us", percentile(probe->rtt_us, 0.99)},
+          {"max_us", percentile(probe->rtt_us, 1.0)},
+          {"round_trips", probe->rtt_us.size()},
+          {"lost", probe->lost},
+          {"updates_per_s", static_cast<double>(done->load()) / secs},
+          {"seconds", secs}};
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  // --quick: fewer round trips (CI smoke); --verbose: dice's info logs.
+  int pings = 1000;
+  bool verbose = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--quick")
+      pings = 100;
+    else if (arg == "--verbose")
+      verbose = true;
+  }
+  // One trainer iteration: 8 gradient steps (about 5-20 ms here).
+  int updates = 8;
+  torch::set_num_threads(1);
+  if (!verbose)
+    dice::log::set_threshold(dice::log::level::error);
+  nlohmann::json out;
+  out["trainers"] = trainers;
+  out["pool_workers"] = trainers;
+  out["updates_per_iteration"] = updates;
+  out["idle"] = run(0, false, pings, updates);
+  out["pool"] = run(trainers, false, pings, updates);
+  out["detached"] = run(trainers, true, pings, updates);
+  std::cout << out.dump() << std::endl;
+  return 0;
+}

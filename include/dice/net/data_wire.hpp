@@ -1,0 +1,121 @@
+#pragma once
+
+// Frames of a data connection after the preamble (net/data_plane.hpp).
+// Integers big-endian, reserved bytes 0.
+//
+//   bind      44 B  "DBND" direction 0 0 0  node[4]  ticket[32]   dialer
+//   ack        4 B  "DACK"                                         acceptor
+//   transfer  32 B  "DXFR" 0 0 0 0  id[8]  size[8]  checksum[8]    writer
+//             then `size` bytes
+//   probe     32 B  "DPRB" 0 0 0 0  pid[4]  fd[4]  token[16]     writer
+//   probe ok  32 B  "DPOK" 0...                                   writer
+//   reference 32 B  "DREF" fd[4]  id[8]  size[8]  tag[8]          writer
+//   release   32 B  "DREL" 0 0 0 0  id[8]  0...                   writer
+//
+// Same host (net/data_shm.hpp): each writer opens with a probe (a memfd of
+// its process holding a token); a reader that can read the token through
+// /proc/PID/fd/N answers "probe ok" on its own writer, and from then on the
+// other side sends references to sealed memfd segments instead of bodies;
+// each reference is answered with a release once read.
+//
+// direction 0: the dialer writes transfers, the acceptor reads them;
+// direction 1: the other way round. A bad bind is answered by closing
+// (no ack, no byte at all).
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace dice::net {
+
+/// Length of a data ticket.
+inline constexpr std::size_t data_ticket_size = 32;
+
+/// Sizes of the frames.
+inline constexpr std::size_t data_bind_size = 44;
+inline constexpr std::size_t data_ack_size = 4;
+inline constexpr std::size_t data_header_size = 32;
+
+/// Direction byte of a bind: who writes transfers on the connection.
+inline constexpr std::uint8_t data_dialer_writes = 0;
+inline constexpr std::uint8_t data_acceptor_writes = 1;
+
+/// A decoded bind frame.
+struct data_bind {
+  /// Who writes (data_dialer_writes or data_acceptor_writes).
+  std::uint8_t direction = 0;
+  /// The dialer's node id.
+  std::uint32_t node = 0;
+  /// The ticket the acceptor issued.
+  std::string ticket;
+};
+
+/// Encodes a bind frame (`ticket` must be `data_ticket_size` bytes).
+std::string encode_bind(const data_bind& x);
+
+/// Decodes a bind frame; nullopt if malformed.
+std::optional<data_bind> decode_bind(const char* data, std::size_t size);
+
+/// The acceptor's ack.
+std::string encode_ack();
+
+/// True for a well-formed ack.
+bool is_ack(const char* data, std::size_t size);
+
+/// A decoded transfer header.
+struct data_header {
+  /// Transfer id (increasing per sending node).
+  std::uint64_t id = 0;
+  /// Bytes that follow.
+  std::uint64_t size = 0;
+  /// checksum64 of those bytes.
+  std::uint64_t checksum = 0;
+};
+
+/// Encodes a transfer header.
+std::array<char, data_header_size> encode_header(const data_header& x);
+
+/// Decodes a transfer header; nullopt if malformed.
+std::optional<data_header> decode_header(const char* data, std::size_t size);
+
+/// What a 32-byte frame is, by its magic.
+enum class data_frame : std::uint8_t {
+  transfer,
+  probe,
+  probe_ok,
+  reference,
+  release,
+  unknown,
+};
+
+/// The kind of the frame at `data` (`data_header_size` bytes).
+data_frame frame_kind(const char* data);
+
+/// A same-host probe.
+struct data_probe {
+  std::uint32_t pid = 0;
+  std::uint32_t fd = 0;
+  /// 16 bytes.
+  std::string token;
+};
+
+/// A reference to a sealed segment of the writer's process.
+struct data_ref {
+  std::uint32_t fd = 0;
+  std::uint64_t id = 0;
+  std::uint64_t size = 0;
+  std::uint64_t tag = 0;
+};
+
+/// Encoders and decoders of the same-host frames (decoders: nullopt if
+/// malformed).
+std::array<char, data_header_size> encode_probe(const data_probe& x);
+std::optional<data_probe> decode_probe(const char* data);
+std::array<char, data_header_size> encode_probe_ok();
+std::array<char, data_header_size> encode_ref(const data_ref& x);
+std::optional<data_ref> decode_ref(const char* data);
+std::array<char, data_header_size> encode_release(std::uint64_t id);
+std::optional<std::uint64_t> decode_release(const char* data);
+
+} // namespace dice::net

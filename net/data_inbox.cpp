@@ -1,0 +1,196 @@
+#include "data_inbox.hpp"
+
+#include "dice/errc.hpp"
+#include "dice/log.hpp"
+#include "dice/net/data_plane.hpp"
+
+#include "caf/event_based_actor.hpp"
+#include "caf/response_promise.hpp"
+#include "caf/stateful_actor.hpp"
+
+#include <map>
+#include <set>
+#include <string>
+
+namespace dice::net {
+
+bool data_budget::acquire(std::uint64_t n) {
+  std::unique_lock<std::mutex> guard{mtx_};
+  cv_.wait(guard, [&] {
+    return closed_ || used_ + n <= cap_;
+  });
+  if (closed_)
+    return false;
+  used_ += n;
+  return true;
+}
+
+void data_budget::release(std::uint64_t n) {
+  std::lock_guard<std::mutex> guard{mtx_};
+  used_ -= std::min(n, used_);
+  cv_.notify_all();
+}
+
+void data_budget::close() {
+  std::lock_guard<std::mutex> guard{mtx_};
+  closed_ = true;
+  cv_.notify_all();
+}
+
+std::uint64_t data_budget::used() const {
+  std::lock_guard<std::mutex> guard{mtx_};
+  return used_;
+}
+
+namespace {
+
+struct ready_bytes {
+  shared_bytes bytes;
+  std::shared_ptr<data_budget> budget;
+};
+
+struct peer_inbox {
+  std::uint64_t epoch = 0;
+  bool up = false;
+  // Highest transfer id received whole (ids only grow per sender).
+  std::uint64_t highest = 0;
+  std::shared_ptr<data_budget> budget;
+  std::map<std::uint64_t, ready_bytes> ready;
+  std::map<std::uint64_t, caf::response_promise> waiters;
+  // Claims that timed out: their bytes are discarded when they arrive.
+  std::set<std::uint64_t> abandoned;
+};
+
+struct inbox_state {
+  std::uint32_t node = 0;
+  caf::timespan timeout{0};
+  std::map<std::uint32_t, peer_inbox> peers;
+  static inline const char* name = "dice.data_inbox";
+};
+
+caf::behavior data_inbox(caf::stateful_actor<inbox_state>* self,
+                         std::uint32_t node, caf::timespan timeout) {
+  self->state.node = node;
+  self->state.timeout = timeout;
+  auto fail_waiters = [=](peer_inbox& p, const std::string& why) {
+    for (auto& [id, rp] : p.waiters)
+      rp.deliver(make_error(errc::unreachable,
+                            "transfer " + std::to_string(id) + ": " + why));
+    p.waiters.clear();
+  };
+  // Stopping fails every open claim at once: a bus awaiting one handles
+  // nothing else until it is answered.
+  self->set_exit_handler([=](caf::exit_msg& em) {
+    for (auto& [peer, p] : self->state.peers)
+      fail_waiters(p, "the data plane stopped");
+    self->quit(em.reason);
+  });
+  // Only this node's data plane and bus talk to the inbox: its handle is
+  // never sent to another node.
+  auto local = [=] {
+    auto& src = self->current_sender();
+    return !src || src->node() == self->node();
+  };
+  return {
+    [=](data_up_atom, std::uint32_t peer, std::uint64_t epoch,
+        std::shared_ptr<data_budget> budget) {
+      if (!local())
+        return;
+      auto& p = self->state.peers[peer];
+      p.epoch = epoch;
+      p.up = true;
+      p.budget = std::move(budget);
+    },
+    [=](data_ready_atom, std::uint32_t peer, std::uint64_t epoch,
+        std::uint64_t id, shared_bytes& bytes) {
+      if (!local())
+        return;
+      auto i = self->state.peers.find(peer);
+      if (i == self->state.peers.end() || i->second.epoch != epoch)
+        return; // a link of a lost peer; its budget dies with it
+      auto& p = i->second;
+      p.highest = std::max(p.highest, id);
+      if (p.abandoned.erase(id) > 0) {
+        p.budget->release(bytes.size());
+        return;
+      }
+      if (auto w = p.waiters.find(id); w != p.waiters.end()) {
+        p.budget->release(bytes.size());
+        w->second.deliver(std::move(bytes));
+        p.waiters.erase(w);
+        return;
+      }
+      p.ready.emplace(id, ready_bytes{std::move(bytes), p.budget});
+    },
+    [=](data_down_atom, std::uint32_t peer, std::uint64_t epoch,
+        const std::string& why) {
+      if (!local())
+        return;
+      auto i = self->state.peers.find(peer);
+      if (i == self->state.peers.end() || i->second.epoch != epoch)
+        return;
+      i->second.up = false;
+      fail_waiters(i->second, "the data connection ended (" + why + ")");
+    },
+    [=](data_drop_atom, std::uint32_t peer) {
+      if (!local())
+        return;
+      auto i = self->state.peers.find(peer);
+      if (i == self->state.peers.end())
+        return;
+      fail_waiters(i->second, "peer lost");
+      for (auto& [id, x] : i->second.ready)
+        x.budget->release(x.bytes.size());
+      if (i->second.budget)
+        i->second.budget->close();
+      self->state.peers.erase(i);
+    },
+    [=](data_take_atom, std::uint32_t peer,
+        std::uint64_t id) -> caf::result<shared_bytes> {
+      if (!local())
+        return make_error(errc::unauthorized, "not a local claim");
+      auto& p = self->state.peers[peer];
+      if (auto r = p.ready.find(id); r != p.ready.end()) {
+        auto bytes = std::move(r->second.bytes);
+        r->second.budget->release(bytes.size());
+        p.ready.erase(r);
+        return bytes;
+      }
+      if (!p.up || id <= p.highest)
+        return make_error(errc::unreachable,
+                          "transfer " + std::to_string(id) + " is not coming: "
+                            + (p.up ? "it was dropped"
+                                    : "no data connection from the peer"));
+      auto rp = self->make_response_promise();
+      p.waiters.emplace(id, rp);
+      self->delayed_send(self, self->state.timeout, data_expire_atom::value,
+                         peer, id);
+      return rp;
+    },
+    [=](data_expire_atom, std::uint32_t peer, std::uint64_t id) {
+      if (!local())
+        return;
+      auto i = self->state.peers.find(peer);
+      if (i == self->state.peers.end())
+        return;
+      if (auto w = i->second.waiters.find(id); w != i->second.waiters.end()) {
+        w->second.deliver(make_error(errc::timeout,
+                                     "transfer " + std::to_string(id)
+                                       + " did not arrive in time"));
+        i->second.waiters.erase(w);
+        if (i->second.abandoned.size() >= 1024)
+          i->second.abandoned.erase(i->second.abandoned.begin());
+        i->second.abandoned.insert(id);
+      }
+    },
+  };
+}
+
+} // namespace
+
+caf::actor spawn_data_inbox(caf::actor_system& sys, std::uint32_t node,
+                            caf::timespan timeout) {
+  return sys.spawn(data_inbox, node, timeout);
+}
+
+} // namespace dice::net

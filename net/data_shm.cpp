@@ -1,0 +1,170 @@
+#include "data_shm.hpp"
+
+#include "dice/auth.hpp"
+#include "dice/errc.hpp"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+
+namespace dice::net {
+
+namespace {
+
+constexpr std::size_t header_bytes = 4096;
+constexpr char magic[8] = {'D', 'I', 'C', 'E', 'S', 'H', 'M', '1'};
+constexpr int seals = F_SEAL_SEAL | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE;
+
+std::atomic<std::uint64_t> segments{0};
+
+std::uint64_t random_u64() {
+  auto r = random_nonce(8);
+  std::uint64_t x = 0;
+  std::memcpy(&x, r.data(), 8);
+  return x;
+}
+
+bool pwrite_all(int fd, const void* data, std::size_t n, off_t at) {
+  auto p = static_cast<const char*>(data);
+  while (n > 0) {
+    auto k = ::pwrite(fd, p, n, at);
+    if (k < 0 && errno == EINTR)
+      continue;
+    if (k <= 0)
+      return false;
+    p += k;
+    n -= static_cast<std::size_t>(k);
+    at += k;
+  }
+  return true;
+}
+
+bool pread_all(int fd, void* data, std::size_t n, off_t at) {
+  auto p = static_cast<char*>(data);
+  while (n > 0) {
+    auto k = ::pread(fd, p, n, at);
+    if (k < 0 && errno == EINTR)
+      continue;
+    if (k <= 0)
+      return false;
+    p += k;
+    n -= static_cast<std::size_t>(k);
+    at += k;
+  }
+  return true;
+}
+
+int open_peer_fd(pid_t pid, int fd) {
+  auto path = "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(fd);
+  return ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+}
+
+} // namespace
+
+shm_segment::~shm_segment() {
+  if (fd >= 0) {
+    ::close(fd);
+    --segments;
+  }
+}
+
+std::shared_ptr<shm_segment> make_segment(const std::uint8_t* data,
+                                          std::size_t n) {
+  auto fd = ::memfd_create("dice-snapshot", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0)
+    return nullptr;
+  ++segments;
+  auto seg = std::make_shared<shm_segment>();
+  seg->fd = fd;
+  seg->tag = random_u64();
+  seg->size = n;
+  char header[24];
+  std::memcpy(header, magic, 8);
+  std::memcpy(header + 8, &seg->tag, 8);
+  std::memcpy(header + 16, &seg->size, 8);
+  if (::ftruncate(fd, static_cast<off_t>(header_bytes + n)) != 0
+      || !pwrite_all(fd, header, sizeof(header), 0)
+      || !pwrite_all(fd, data, n, header_bytes)
+      || ::fcntl(fd, F_ADD_SEALS, seals) != 0)
+    return nullptr;
+  return seg;
+}
+
+caf::expected<writable_bytes> read_segment(pid_t pid, int fd, std::uint64_t tag,
+                                           std::uint64_t size) {
+  auto in = open_peer_fd(pid, fd);
+  if (in < 0)
+    return make_error(errc::storage_missing,
+                      std::string{"cannot open the peer's segment: "}
+                        + std::strerror(errno));
+  auto fail = [&](const char* why) -> caf::expected<writable_bytes> {
+    ::close(in);
+    return make_error(errc::malformed_input, why);
+  };
+  struct stat st;
+  char header[24];
+  std::uint64_t got_tag = 0;
+  std::uint64_t got_size = 0;
+  // Sealed: the sender can no longer change or shrink it under us.
+  if ((::fcntl(in, F_GET_SEALS) & seals) != seals)
+    return fail("the peer's segment is not sealed");
+  if (::fstat(in, &st) != 0
+      || static_cast<std::uint64_t>(st.st_size) != header_bytes + size
+      || !pread_all(in, header, sizeof(header), 0)
+      || std::memcmp(header, magic, 8) != 0)
+    return fail("the peer's segment has a wrong size or header");
+  std::memcpy(&got_tag, header + 8, 8);
+  std::memcpy(&got_size, header + 16, 8);
+  if (got_tag != tag || got_size != size)
+    return fail("the peer's segment is another one");
+  writable_bytes buf;
+  try {
+    buf = writable_bytes{static_cast<std::size_t>(size)};
+  } catch (const std::bad_alloc&) {
+    return fail("cannot allocate the destination");
+  }
+  if (!pread_all(in, buf.data(), static_cast<std::size_t>(size), header_bytes))
+    return fail("cannot read the peer's segment");
+  ::close(in);
+  return buf;
+}
+
+shm_probe::~shm_probe() {
+  if (fd >= 0)
+    ::close(fd);
+}
+
+std::unique_ptr<shm_probe> make_probe() {
+  auto fd = ::memfd_create("dice-probe", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0)
+    return nullptr;
+  auto p = std::make_unique<shm_probe>();
+  p->fd = fd;
+  p->token = random_nonce(16);
+  if (!pwrite_all(fd, p->token.data(), p->token.size(), 0)
+      || ::fcntl(fd, F_ADD_SEALS, seals) != 0)
+    return nullptr;
+  return p;
+}
+
+bool check_probe(pid_t pid, int fd, const std::string& token) {
+  auto in = open_peer_fd(pid, fd);
+  if (in < 0)
+    return false;
+  std::string got(token.size(), '\0');
+  auto ok = pread_all(in, got.data(), got.size(), 0)
+    && ::fcntl(in, F_GET_SEALS) == seals && same_mac(got, token);
+  ::close(in);
+  return ok;
+}
+
+std::uint64_t open_segments() noexcept {
+  return segments.load();
+}
+
+} // namespace dice::net
