@@ -8,6 +8,7 @@
 #include "dice/auth.hpp"
 #include "dice/errc.hpp"
 #include "dice/log.hpp"
+#include "dice/net/data_plane.hpp"
 #include "dice/net/preamble.hpp"
 #include "dice/net/socket.hpp"
 #include "dice/trust.hpp"
@@ -277,6 +278,12 @@ TEST_F(Guard, PastTheCapTheOldestPendingIsClosedAndPeersStay) {
   auto& a = start(client_cfg(1));
   attach(a, server);
   ASSERT_EQ(peers(server, 1, 5s), 1u);
+  // The peer's data connections (dialled after the handshake, through the
+  // same preamble) must be up first, or one may still be pending when the
+  // strangers come and be counted among the evicted.
+  ASSERT_TRUE(server.data_plane() && a.data_plane());
+  ASSERT_TRUE(server.data_plane()->wait_sendable(1, 5s));
+  ASSERT_TRUE(a.data_plane()->wait_sendable(0, 5s));
   auto evicted = dice::counter(trust_event::pending_evicted);
   std::vector<raw_socket> strangers;
   for (int i = 0; i < 8; ++i) {
