@@ -1,10 +1,63 @@
 #include "dice/torch/learner_group.hpp"
 
 #include "learner_group_impl.hpp"
+#include <gloo/context.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <thread>
+
+namespace dice::detail {
+
+void breakable_gloo::break_connections() {
+  // Debian's libgloo-dev lacks gloo/common/memory.h, which tcp/pair.h needs,
+  // so the pairs are closed through the transport-neutral interface: the
+  // peers see a reset at once; this rank's own pending operations are
+  // abandoned by the caller.
+  for (auto& ctx : contexts_)
+    if (ctx)
+      ctx->closeConnections();
+}
+
+namespace {
+
+// Joins the burying threads at exit, so that none outlives the statics.
+struct graveyard {
+  std::mutex mtx;
+  std::vector<std::thread> threads;
+  ~graveyard() {
+    std::lock_guard<std::mutex> guard{mtx};
+    for (auto& t : threads)
+      t.join();
+  }
+};
+
+graveyard& the_graveyard() {
+  static graveyard g;
+  return g;
+}
+
+} // namespace
+
+void bury(pg_ptr pg, std::vector<c10::intrusive_ptr<c10d::Work>> works) {
+  auto& g = the_graveyard();
+  std::lock_guard<std::mutex> guard{g.mtx};
+  g.threads.emplace_back(
+    [pg = std::move(pg), works = std::move(works)]() mutable {
+      for (auto& w : works) {
+        try {
+          w->wait();
+        } catch (const std::exception&) {
+          // Expected: the connections were broken under it.
+        }
+      }
+      works.clear();
+      pg.reset(); // joins Gloo's worker threads
+    });
+}
+
+} // namespace dice::detail
 
 namespace dice {
 
@@ -162,7 +215,7 @@ caf::error learner_group::join() {
       detail::sigpipe_blocked guard;
       opts->devices.push_back(
         c10d::ProcessGroupGloo::createDeviceForHostname(c.address));
-      pg = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, c.rank, c.size,
+      pg = c10::make_intrusive<detail::breakable_gloo>(prefixed, c.rank, c.size,
                                                        opts);
     }
     // Everyone is connected once this completes, so nobody reads the store

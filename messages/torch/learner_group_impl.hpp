@@ -18,7 +18,27 @@
 
 namespace dice::detail {
 
-using pg_ptr = c10::intrusive_ptr<c10d::ProcessGroupGloo>;
+// ProcessGroupGloo with a way to break its connections. c10d 1.13 has no
+// abort: destroying the group joins its worker threads, which wait for the
+// operations in flight, and Gloo does not fail a send that is already half
+// on the socket when the peer goes (tcp/pair.cc signals only bound buffers
+// in tx_), so that send waits out the whole collective timeout.
+class breakable_gloo : public c10d::ProcessGroupGloo {
+ public:
+  using c10d::ProcessGroupGloo::ProcessGroupGloo;
+
+  /// Closes every connection (with a reset), so that each peer sees the
+  /// close at once. This rank's pending operations end at their timeout.
+  void break_connections();
+};
+
+using pg_ptr = c10::intrusive_ptr<breakable_gloo>;
+
+/// Destroys a broken process group on a background thread: its destructor
+/// waits for operations still in flight (at most the collective timeout),
+/// and the rank that gave up on them should not wait with them. Threads are
+/// joined at exit.
+void bury(pg_ptr pg, std::vector<c10::intrusive_ptr<c10d::Work>> works);
 
 /// Turns a c10d/gloo exception into `errc::timeout` or `errc::unreachable`.
 caf::error from_exception(const std::exception& e, const std::string& ctx);
@@ -140,9 +160,18 @@ struct learner_group::impl {
     return pg;
   }
 
+  // The process group even when broken (null once failed completely).
+  detail::pg_ptr acquire_unchecked() {
+    std::lock_guard<std::mutex> guard{mtx};
+    return pg;
+  }
+
   // Marks the group broken and drops its connections, so that every peer
   // blocked on this rank fails at once instead of at its timeout.
-  caf::error fail(caf::error err) {
+  // Works still in flight (`abandoned`) keep their tensors alive; they end
+  // in the background, at the latest at the collective timeout.
+  caf::error fail(caf::error err,
+                  std::vector<c10::intrusive_ptr<c10d::Work>> abandoned = {}) {
     detail::pg_ptr dying;
     {
       std::lock_guard<std::mutex> guard{mtx};
@@ -150,7 +179,12 @@ struct learner_group::impl {
         broken = err;
       dying = std::move(pg);
     }
-    dying.reset(); // joins Gloo's threads outside the lock
+    if (!dying)
+      return err;
+    dying->break_connections();
+    // abort() may come while another thread's step is in flight: the group
+    // is destroyed in the background either way.
+    detail::bury(std::move(dying), std::move(abandoned));
     return err;
   }
 
@@ -171,6 +205,8 @@ struct learner_group::impl {
       }
       ++next_wait;
     };
+    // After the first error the other works in flight are abandoned, not
+    // awaited: one may be a send Gloo never fails (see breakable_gloo).
     try {
       for (std::size_t i = 0; i < n && first_error.empty(); ++i) {
         if (works.size() - next_wait >= static_cast<std::size_t>(cfg.threads))
@@ -182,12 +218,34 @@ struct learner_group::impl {
       if (first_error.empty())
         first_error = e.what();
     }
-    while (next_wait < works.size())
+    while (next_wait < works.size() && first_error.empty())
       wait_one();
     if (first_error.empty())
       return caf::none;
-    std::runtime_error ex{first_error};
-    return fail(detail::from_exception(ex, where() + ": " + what + " failed"));
+    auto err = detail::from_exception(std::runtime_error{first_error},
+                                      where() + ": " + what + " failed");
+    // Break the connections first, so that no more bytes arrive; a work
+    // that already had its bytes gets a short grace to finish writing into
+    // its tensors (some are the caller's gradients), the rest are abandoned
+    // and end at their timeout in the background.
+    if (auto live = acquire_unchecked())
+      live->break_connections();
+    std::vector<c10::intrusive_ptr<c10d::Work>> abandoned;
+    auto grace_end = std::chrono::steady_clock::now()
+      + std::chrono::milliseconds{100};
+    for (; next_wait < works.size(); ++next_wait) {
+      auto& w = works[next_wait];
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        grace_end - std::chrono::steady_clock::now());
+      try {
+        w->wait(std::max(left, std::chrono::milliseconds{1}));
+      } catch (const std::exception&) {
+        // Failed or still running: only the latter is abandoned.
+      }
+      if (!w->isCompleted())
+        abandoned.push_back(w);
+    }
+    return fail(err, std::move(abandoned));
   }
 };
 

@@ -206,7 +206,9 @@ TEST(LearnerGroupFailure, SurvivorsReformWhenRankZeroLeaves) {
   for (int r = 1; r < 3; ++r) {
     EXPECT_TRUE(is_failure(errs[r])) << dice::render(errs[r]);
     // Closed connections are seen at once, well within the timeout (10 s).
-    EXPECT_LT(fail_ms[r], 5000.0) << "rank " << r;
+    EXPECT_LT(fail_ms[r], 5000.0)
+      << "rank " << r << " " << dice::render(errs[r]) << " other "
+      << dice::render(errs[3 - r]) << " " << fail_ms[3 - r];
     RecordProperty("fail_ms_rank" + std::to_string(r),
                    std::to_string(fail_ms[r]));
     RecordProperty("error_rank" + std::to_string(r), dice::render(errs[r]));
