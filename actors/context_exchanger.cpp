@@ -2,6 +2,7 @@
 
 #include "dice/log.hpp"
 #include "dice/messages/context_delta.hpp"
+#include "dice/messages/context_spool.hpp"
 #include "dice/trust.hpp"
 
 #include "caf/make_message.hpp"
@@ -149,10 +150,20 @@ struct exchanger_state {
   struct unacked_delta {
     context_delta delta;
     caf::actor_clock::time_point sent_at;
+    // Recovered from the spool and not republished yet.
+    bool unsent = false;
   };
 
   // Deltas the learner has not acknowledged yet, oldest first.
   std::deque<unacked_delta> unacked;
+  // The spool (null: none): every delta of `unacked` is in it, written
+  // before it was published.
+  std::unique_ptr<context_spool> spool;
+  // Unacknowledged deltas earlier incarnations of this node left in the
+  // spool, by their epoch: resent like `unacked` until acknowledged.
+  std::map<std::uint64_t, std::deque<unacked_delta>> recovered;
+  // The recovered deltas went out once (on the first iteration).
+  bool republished = false;
   // A resend timer is scheduled.
   bool resend_armed = false;
   // A learner acknowledged something of this incarnation (someone listens).
@@ -208,10 +219,125 @@ struct exchanger_state {
     ++stats->deltas_resent;
   }
 
+  // A delta of an earlier incarnation goes out as it was spooled: its own
+  // epoch and seq (the learner's dedup of that stream drops what it
+  // applied before the kill), with the lowest seq still held as its base.
+  void resend_recovered(std::deque<unacked_delta>& xs, unacked_delta& x,
+                        caf::actor_clock::time_point now) {
+    x.delta.base = xs.front().delta.seq;
+    emit(x.delta);
+    x.sent_at = now;
+    x.unsent = false;
+    ++stats->deltas_resent;
+  }
+
+  bool nothing_unacked() const {
+    return unacked.empty() && recovered.empty();
+  }
+
+  // -- spool
+  // -------------------------------------------------------------------
+
+  // Takes over what earlier incarnations of this node left in `dir`.
+  void open_spool(const std::string& dir, bool fsync) {
+    if (spool) {
+      // This middleware runs again after an in-process restart: the last
+      // incarnation's deltas are read back from its files below.
+      spool.reset();
+      unacked.clear();
+      recovered.clear();
+    }
+    context_spool_options so;
+    so.dir = dir;
+    so.node = svc->node_id();
+    so.epoch = svc->epoch();
+    so.fsync = fsync;
+    auto opened = context_spool::open(so);
+    if (!opened) {
+      ++stats->spool_errors;
+      log::error(svc->node_id(),
+                 "no spool: " + render(opened.error())
+                   + "; a kill loses unacknowledged deltas");
+      return;
+    }
+    spool = std::move(*opened);
+    republished = false;
+    for (auto& inc : spool->take_recovered()) {
+      auto& xs = recovered[inc.epoch];
+      for (auto& d : inc.deltas) {
+        // One line per delta: tests add up what a killed incarnation
+        // spooled but never reported.
+        log::info(svc->node_id(),
+                  "spool: recovered delta " + std::to_string(d.seq)
+                    + " of incarnation " + std::to_string(inc.epoch)
+                    + " (env_step +" + std::to_string(d.env_step.value_or(0))
+                    + ")");
+        ++stats->deltas_recovered;
+        xs.push_back(unacked_delta{std::move(d), {}, true});
+      }
+    }
+  }
+
+  void spool_failed(const caf::error& err) {
+    ++stats->spool_errors;
+    log::error(svc->node_id(),
+               "spool write failed, going on without it (a kill now loses "
+               "unacknowledged deltas): "
+                 + render(err));
+    spool.reset();
+  }
+
+  // Every seq of this incarnation below the lowest unacked one is settled
+  // (acknowledged or given up): the spool may forget it.
+  void spool_settled() {
+    if (!spool)
+      return;
+    if (auto err = spool->settle(svc->epoch(), lowest_unacked(seq + 1) - 1))
+      spool_failed(err);
+  }
+
+  // The first iteration of a new incarnation: what its predecessors left
+  // unacknowledged goes out now (and again on the resend timer or when a
+  // learner connects, like this incarnation's own deltas).
+  void republish() {
+    republished = true;
+    auto now = svc->now();
+    for (auto& kvp : recovered)
+      for (auto& x : kvp.second)
+        if (x.unsent)
+          resend_recovered(kvp.second, x, now);
+    arm_resend();
+  }
+
+  // The run is over (or this incarnation stops): files whose deltas were
+  // all acknowledged go; so do the rest once the run finished normally
+  // (nobody would acknowledge them any more). A node that failed keeps
+  // them for its next incarnation.
+  void close_spool() {
+    if (!spool)
+      return;
+    std::size_t left = unacked.size();
+    for (auto& kvp : recovered)
+      left += kvp.second.size();
+    if (left > 0 && svc->report().failed) {
+      log::warning(svc->node_id(),
+                   "spool: keeping " + std::to_string(left)
+                     + " unacknowledged deltas for the next incarnation");
+      spool.reset();
+      return;
+    }
+    if (left > 0)
+      log::warning(svc->node_id(),
+                   "spool: the run is over and no learner acknowledged "
+                     + std::to_string(left) + " deltas; removing them");
+    spool->remove_all();
+    spool.reset();
+  }
+
   // The timer runs on the role actor's clock (fake in tests) and fires
   // while the collector waits for anything.
   void arm_resend() {
-    if (resend_armed || unacked.empty())
+    if (resend_armed || nothing_unacked())
       return;
     resend_armed = true;
     svc->schedule(opts.resend_timeout, [this] {
@@ -225,6 +351,10 @@ struct exchanger_state {
     for (auto& x : unacked)
       if (now - x.sent_at >= opts.resend_timeout)
         resend(x, now);
+    for (auto& kvp : recovered)
+      for (auto& x : kvp.second)
+        if (now - x.sent_at >= opts.resend_timeout)
+          resend_recovered(kvp.second, x, now);
     arm_resend();
   }
 
@@ -232,31 +362,69 @@ struct exchanger_state {
   // into a dead connection. Resend it now instead of waiting out the timer
   // (a learner drops what it already has).
   void on_peer(const peer_event& ev) {
-    if (!ev.up || !ev.roles.has(role::learner) || unacked.empty())
+    if (!ev.up || !ev.roles.has(role::learner) || nothing_unacked())
       return;
+    auto n = unacked.size();
+    for (auto& kvp : recovered)
+      n += kvp.second.size();
     log::info(svc->node_id(),
               "learner node " + std::to_string(ev.node)
-                + " connected: resending " + std::to_string(unacked.size())
+                + " connected: resending " + std::to_string(n)
                 + " unacknowledged deltas");
     auto now = svc->now();
     for (auto& x : unacked) {
       resend(x, now);
       ++stats->deltas_resent_on_connect;
     }
+    for (auto& kvp : recovered)
+      for (auto& x : kvp.second) {
+        resend_recovered(kvp.second, x, now);
+        ++stats->deltas_resent_on_connect;
+      }
+  }
+
+  // An ack for an earlier incarnation's deltas this one republished.
+  void on_recovered_ack(const context_delta& ack) {
+    auto i = recovered.find(ack.epoch);
+    if (i == recovered.end())
+      return;
+    acked_any = true;
+    auto& xs = i->second;
+    bool freed = false;
+    while (!xs.empty() && xs.front().delta.seq <= ack.seq) {
+      xs.pop_front();
+      freed = true;
+    }
+    if (!freed)
+      return;
+    ++stats->acks_received;
+    if (spool)
+      if (auto err = spool->settle(ack.epoch, ack.seq))
+        spool_failed(err);
+    if (xs.empty()) {
+      log::info(svc->node_id(),
+                "spool: the learner acknowledged every "
+                "republished delta of incarnation "
+                  + std::to_string(ack.epoch));
+      recovered.erase(i);
+    }
   }
 
   void on_ack(const context_delta& ack) {
-    // An ack for an older incarnation of this node means nothing now.
+    // An ack for an older incarnation of this node matters only for the
+    // deltas of it this one republished from the spool.
     if (ack.epoch != svc->epoch())
-      return;
+      return on_recovered_ack(ack);
     acked_any = true;
     bool freed = false;
     while (!unacked.empty() && unacked.front().delta.seq <= ack.seq) {
       unacked.pop_front();
       freed = true;
     }
-    if (freed)
+    if (freed) {
       ++stats->acks_received;
+      spool_settled();
+    }
   }
 
   bool window_full() const {
@@ -299,8 +467,6 @@ struct exchanger_state {
     }
     if (auto why = why_invalid(d))
       return refuse_malformed(d, why);
-    if (d.sender_roles.has(role::collector))
-      last_epoch[d.sender] = d.epoch;
     auto contact = applied.note(d);
     if (contact.first && contact.base > 1 && has(role::learner))
       log::info(svc->node_id(),
@@ -329,6 +495,11 @@ struct exchanger_state {
       return;
     }
     applied.mark(d);
+    // The stream a collector sends new deltas on is its current one; a
+    // resend (a restarted collector republishing its predecessor's deltas
+    // from the spool, say) that is only a duplicate does not move it back.
+    if (d.sender_roles.has(role::collector))
+      last_epoch[d.sender] = d.epoch;
     // While finishing, ack at once instead of at the next merge: the last
     // iteration may already be over (on_stop merges), and the sender holds
     // its quit (and its stored files) until it heard.
@@ -440,6 +611,8 @@ struct exchanger_state {
   step before(context& ctx) {
     if (!active)
       return proceed;
+    if (!republished && !recovered.empty())
+      republish();
     if (window_full()) {
       // Backpressure: produce nothing more until the learner caught up.
       ++stats->window_waits;
@@ -461,6 +634,7 @@ struct exchanger_state {
                            + std::to_string(unacked.front().delta.seq));
             unacked.pop_front();
             ++stats->deltas_evicted;
+            spool_settled();
           }
           return before_context(ctx);
         }};
@@ -519,8 +693,17 @@ struct exchanger_state {
     if (unacked.size() >= opts.max_in_flight) {
       unacked.pop_front();
       ++stats->deltas_evicted;
+      spool_settled();
     }
     d.base = lowest_unacked(d.seq);
+    // Spooled before it goes out: once the bus has it, a kill can no
+    // longer lose it.
+    if (spool) {
+      if (auto err = spool->append(d))
+        spool_failed(err);
+      else
+        ++stats->deltas_spooled;
+    }
     emit(d);
     auto now = svc->now();
     if (svc->finished()) {
@@ -529,6 +712,9 @@ struct exchanger_state {
       // refuses nothing while finishing).
       for (auto& x : unacked)
         resend(x, now);
+      for (auto& kvp : recovered)
+        for (auto& x : kvp.second)
+          resend_recovered(kvp.second, x, now);
     }
     unacked.push_back(unacked_delta{std::move(d), now});
     raise_peak(stats->unacked_peak, unacked.size());
@@ -599,6 +785,10 @@ middleware context_exchanger(context_exchanger_options opts) {
       });
     }
     if (st->tracking()) {
+      auto dir = st->opts.spool_dir.empty() ? svc.spool_dir()
+                                            : st->opts.spool_dir;
+      if (!dir.empty() && dir != "-")
+        st->open_spool(dir, st->opts.spool_fsync || svc.spool_fsync());
       svc.subscribe(context_ack_topic(svc.node_id()),
                     [st](const caf::type_erased_tuple& msg) {
                       if (msg.match_elements<std::string, context_delta>())
@@ -614,7 +804,7 @@ middleware context_exchanger(context_exchanger_options opts) {
       // deltas; with a storage loader, the files stay that long too. With
       // no learner ever heard from (none in the cluster), nobody will ack.
       svc.quit_when([st] {
-        return st->unacked.empty() || !st->acked_any;
+        return st->nothing_unacked() || !st->acked_any;
       });
     }
   };
@@ -633,13 +823,16 @@ middleware context_exchanger(context_exchanger_options opts) {
     // count follows in its own stop hook).
     if (st->active && st->has(role::learner))
       st->ack_merged();
+    st->close_spool();
     if (st->active) {
       auto& x = *st->stats;
       log::info(st->svc->node_id(),
                 "context exchange: sent " + std::to_string(x.deltas_sent)
                   + ", resent " + std::to_string(x.deltas_resent) + " ("
                   + std::to_string(x.deltas_resent_on_connect)
-                  + " on reconnect)" + ", unacked at stop "
+                  + " on reconnect)" + ", spooled "
+                  + std::to_string(x.deltas_spooled) + ", recovered "
+                  + std::to_string(x.deltas_recovered) + ", unacked at stop "
                   + std::to_string(st->unacked.size()) + ", window waits "
                   + std::to_string(x.window_waits) + ", acks sent "
                   + std::to_string(x.acks_sent) + ", refused "

@@ -7,8 +7,8 @@
 #include "dice/actors/role_supervisor.hpp"
 #include "dice/errc.hpp"
 #include "dice/log.hpp"
-#include "dice/net/data_plane.hpp"
 #include "dice/messages/learner_group_hello.hpp"
+#include "dice/net/data_plane.hpp"
 #include "dice/net/dialer.hpp"
 #include "dice/net/handover.hpp"
 #include "dice/type_ids.hpp"
@@ -276,7 +276,12 @@ node_system_config::node_system_config() {
     .add(deterministic, "deterministic",
          "embedded runs: one thread, fixed order, virtual clock (reproducible)")
     .add(max_restarts, "max-restarts",
-         "start a role actor whose middleware threw again, this many times");
+         "start a role actor whose middleware threw again, this many times")
+    .add(spool_dir, "spool-dir",
+         "collectors spool unacknowledged context deltas here; a restarted "
+         "collector republishes them (empty: no spool)")
+    .add(spool_fsync, "spool-fsync",
+         "flush every spool write to disk (power loss; kill -9 needs none)");
 }
 
 caf::expected<node_config> make_node_config(const node_system_config& cfg) {
@@ -292,6 +297,8 @@ caf::expected<node_config> make_node_config(const node_system_config& cfg) {
   if (cfg.max_restarts < 0)
     return make_error(errc::invalid_config, "dice.max-restarts is negative");
   result.max_restarts = cfg.max_restarts;
+  result.spool_dir = cfg.spool_dir;
+  result.spool_fsync = cfg.spool_fsync;
   if (auto restarted = env("DICE_RESTART_COUNT")) {
     std::uint64_t n = 0;
     if (!parse_uint(restarted, n) || n > 1000000)
@@ -560,6 +567,8 @@ caf::expected<node_report> node::run(pipeline pipe, node_run_options opts) {
   rc.report_to = caf::actor_cast<caf::actor>(self);
   rc.detached = opts.detached_role;
   rc.restarts = cfg_.restart_count;
+  rc.spool_dir = cfg_.spool_dir;
+  rc.spool_fsync = cfg_.spool_fsync;
   role_supervisor sup{std::move(rc), std::move(pipe),
                       opts.max_restarts >= 0 ? opts.max_restarts
                                              : cfg_.max_restarts,

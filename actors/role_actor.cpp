@@ -1,7 +1,6 @@
 #include "dice/actors/role_actor.hpp"
 
 #include "dice/actors/scheduling.hpp"
-
 #include "dice/errc.hpp"
 #include "dice/log.hpp"
 #include "dice/trust.hpp"
@@ -168,6 +167,14 @@ node_report& role_state::report() {
 
 caf::actor_system& role_state::system() {
   return self->system();
+}
+
+std::string role_state::spool_dir() const {
+  return cfg.spool_dir;
+}
+
+bool role_state::spool_fsync() const {
+  return cfg.spool_fsync;
 }
 
 // -- iteration engine ---------------------------------------------------------

@@ -31,7 +31,12 @@
 // its own process group: a dead node's leftovers and, on SIGINT/SIGTERM,
 // every node's whole group are signalled; groups still alive after
 // --stop-timeout seconds (default 10) are killed, and the launcher waits
-// for every node before it exits.
+// for every node before it exits. With --max-restarts every node also gets
+// `--dice.spool-dir=` a private directory of its own (made under a fresh
+// /tmp/dice-spool-XXXXXX, removed at exit) unless the program's arguments
+// name one: a collector spools the context deltas no learner acknowledged
+// yet, and its restarted incarnation republishes them (nothing is lost to
+// kill -9). `--dice.spool-dir=-` after -- turns that off.
 
 #include "dice/process/spawn.hpp"
 
@@ -50,6 +55,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <optional>
 #include <string>
@@ -298,6 +304,30 @@ struct launch_secret {
       ::unlink(path.c_str());
     if (!dir.empty())
       ::rmdir(dir.c_str());
+  }
+};
+
+/// With --max-restarts: a private directory (mode 0700) holding one spool
+/// directory per node, removed with everything in it by `remove()`.
+struct launch_spool {
+  std::string dir;
+
+  bool make() {
+    char tmpl[] = "/tmp/dice-spool-XXXXXX";
+    if (::mkdtemp(tmpl) == nullptr)
+      return false;
+    dir = tmpl;
+    return true;
+  }
+
+  std::string of(std::uint32_t node) const {
+    return dir + "/node-" + std::to_string(node);
+  }
+
+  void remove() {
+    std::error_code ec;
+    if (!dir.empty())
+      std::filesystem::remove_all(dir, ec);
   }
 };
 
@@ -612,6 +642,23 @@ int main(int argc, char** argv) {
                  "elsewhere need --dice.secret-file)"
               << std::endl;
   }
+  // Supervised nodes spool their unacknowledged context (collectors do),
+  // unless the program's own arguments say where or turn it off.
+  launch_spool spool;
+  auto own_spool = std::any_of(opts.command.begin(), opts.command.end(),
+                               [](auto& x) {
+                                 return x.rfind("--dice.spool-dir", 0) == 0;
+                               });
+  if (opts.max_restarts > 0 && !own_spool) {
+    if (!spool.make()) {
+      std::cerr << "[dice-launch] cannot create a spool directory: "
+                << std::strerror(errno) << std::endl;
+      secret.remove();
+      return 1;
+    }
+    std::cerr << "[dice-launch] nodes spool unacknowledged context in "
+              << spool.dir << " (removed at exit)" << std::endl;
+  }
   auto t0 = clock_type::now();
   std::vector<child> children(opts.workers);
   run_state run;
@@ -668,6 +715,8 @@ int main(int argc, char** argv) {
     if (!attach.empty())
       args.push_back("--dice.attach-to=" + attach);
     args.insert(args.end(), opts.pass_through.begin(), opts.pass_through.end());
+    if (!spool.dir.empty())
+      args.push_back("--dice.spool-dir=" + spool.of(c.id));
     args.insert(args.end(), opts.command.begin() + 1, opts.command.end());
     c.argv = args;
     if (!spawn(c, args)) {
@@ -718,6 +767,7 @@ int main(int argc, char** argv) {
       pump(children, 0);
   }
   secret.remove();
+  spool.remove();
   int rc = failed ? 1 : 0;
   std::uint32_t restarts = 0;
   for (auto& c : children)

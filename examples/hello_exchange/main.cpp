@@ -31,6 +31,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -102,15 +103,21 @@ dice::middleware collect(mlp net, std::uint32_t node, bool trace = false) {
 }
 
 /// First in a collector's pipeline, so its after-part runs once the context
-/// exchanger handed this iteration's delta to the bus: tests count what a
-/// collector killed later had published.
+/// exchanger spooled this iteration's delta and handed it to the bus: tests
+/// count what a collector killed later had published (and, by its epoch,
+/// which of its spooled deltas its successor recovered).
 dice::middleware published_trace(std::uint32_t node) {
+  auto epoch = std::make_shared<std::uint64_t>(0);
   dice::middleware m;
   m.name = "published_trace";
-  m.after = [node](dice::context& ctx) {
+  m.attach = [epoch](dice::node_services& svc) {
+    *epoch = svc.epoch();
+  };
+  m.after = [node, epoch](dice::context& ctx) {
     dice::log::info(node,
                     "published iteration " + std::to_string(ctx.total_step)
-                      + " env_step " + std::to_string(ctx.env_step));
+                      + " env_step " + std::to_string(ctx.env_step) + " epoch "
+                      + std::to_string(*epoch));
   };
   return m;
 }

@@ -129,6 +129,18 @@ class node_services {
 
   /// The actor system the node runs in.
   virtual caf::actor_system& system() = 0;
+
+  /// Directory where a collector spools the context deltas no learner
+  /// acknowledged yet, so a later incarnation of this node republishes
+  /// them (--dice.spool-dir; empty: no spool).
+  virtual std::string spool_dir() const {
+    return {};
+  }
+
+  /// Spool writes are flushed to disk (--dice.spool-fsync).
+  virtual bool spool_fsync() const {
+    return false;
+  }
 };
 
 /// One stage of a pipeline (DI-engine's generator middleware): `before`

@@ -1,8 +1,9 @@
 // dice-launch --max-restarts: real processes. A stand-in node
 // (dice_flaky_node) fails on request for the launcher's own rules; a
 // hello_exchange cluster shows that a collector killed with kill -9 three
-// times comes back three times, that the learner counts nothing twice and
-// loses at most what was still in flight at each kill.
+// times comes back three times and that the learner counts exactly what the
+// collectors produced: nothing twice, and (through the spool the launcher
+// gives each node) nothing lost in flight at a kill.
 // Every wait has a deadline; nothing sleeps to pass.
 
 #include "support/child_process.hpp"
@@ -13,6 +14,8 @@
 
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <regex>
@@ -282,12 +285,19 @@ TEST(SupervisedCluster,
   ASSERT_TRUE(p.wait_for(std::regex{"node 3 started, pid ([0-9]+)"}, 30s, &m))
     << p.text();
   auto pid = static_cast<pid_t>(std::stol(m[1]));
-  // Steps each killed incarnation handed to its bus (its last
-  // "published" line; the context exchanger resends what was not acked).
-  std::vector<long> published;
+  // What each killed incarnation produced: the steps it handed to its bus
+  // by its last "published" line (the context exchanger spools each delta
+  // before it publishes it), plus a delta it spooled after that line, which
+  // only its successor's "recovered" lines show.
+  struct killed {
+    long published = 0;
+    long iteration = -1;
+    std::string epoch;
+  };
+  std::vector<killed> kills;
   std::vector<double> back_after;
-  auto published_re = std::regex{
-    "^\\[node 3\\] .*published iteration [0-9]+ env_step ([0-9]+)"};
+  auto published_re = std::regex{"^\\[node 3\\] .*published iteration "
+                                 "([0-9]+) env_step ([0-9]+) epoch ([0-9]+)"};
   for (int kill = 0; kill < 3; ++kill) {
     ASSERT_TRUE(
       p.wait_for(std::regex{"^\\[node 3\\] .*collect iteration 20 "}, 60s))
@@ -301,18 +311,18 @@ TEST(SupervisedCluster,
       << p.text();
     auto next_pid = static_cast<pid_t>(std::stol(m[1]));
     // The old incarnation's lines all came before the restart line.
-    long last = 0;
+    killed last;
     for (auto& l : p.lines()) {
       std::smatch pm;
       if (std::regex_search(l, pm, published_re))
-        last = std::stol(pm[1]);
+        last = killed{std::stol(pm[2]), std::stol(pm[1]), pm[3]};
       if (l.find("restarted node 3 (restart " + std::to_string(kill + 1))
           != std::string::npos)
         break;
       if (l.find("restarted node 3 (restart ") != std::string::npos)
-        last = 0; // an earlier incarnation ended here
+        last = killed{}; // an earlier incarnation ended here
     }
-    published.push_back(last);
+    kills.push_back(last);
     // Back: the new incarnation iterates again.
     ASSERT_TRUE(
       p.wait_for(std::regex{"^\\[node 3\\] .*collect iteration 0 "}, 60s))
@@ -331,31 +341,59 @@ TEST(SupervisedCluster,
                                    "signal 9 \\(Killed\\); exit code 0"}),
             1u)
     << p.text();
+  // Each spooled delta a successor recovered, once per (epoch, seq): an
+  // incarnation killed before the learner acknowledged what it republished
+  // leaves it to the next one.
+  std::map<std::pair<std::string, long>, long> recovered;
+  std::string spool_dir;
+  auto recovered_re = std::regex{"^\\[node 3\\] .*spool: recovered delta "
+                                 "([0-9]+) of incarnation ([0-9]+) "
+                                 "\\(env_step \\+([0-9]+)\\)"};
+  auto spool_re = std::regex{"spool unacknowledged context in (\\S+)"};
+  for (auto& l : p.lines()) {
+    std::smatch rm;
+    if (std::regex_search(l, rm, recovered_re))
+      recovered[{rm[2], std::stol(rm[1])}] = std::stol(rm[3]);
+    if (std::regex_search(l, rm, spool_re))
+      spool_dir = rm[1];
+  }
   auto learner = report_of(p, 0);
   auto c2 = report_of(p, 2);
   auto c3 = report_of(p, 3);
   ASSERT_FALSE(learner.empty() || c2.empty() || c3.empty()) << p.text();
   EXPECT_EQ(json_int(c3, "restarts"), 3) << c3;
   long made = json_int(c2, "env_step") + json_int(c3, "env_step");
-  for (auto x : published)
-    made += x;
+  long after_last_line = 0;
+  for (auto& k : kills) {
+    EXPECT_GT(k.published, 0);
+    made += k.published;
+    // Iteration i published seq i + 1 (a collector sends one delta per
+    // iteration).
+    for (auto& [key, steps] : recovered)
+      if (key.first == k.epoch && key.second > k.iteration + 1) {
+        made += steps;
+        after_last_line += steps;
+      }
+  }
   auto got = json_int(learner, "env_step");
-  std::cout << "killed incarnations published " << published[0] << ", "
-            << published[1] << ", " << published[2]
+  std::cout << "killed incarnations published " << kills[0].published << ", "
+            << kills[1].published << ", " << kills[2].published
             << " steps; back iterating after " << back_after[0] << ", "
-            << back_after[1] << ", " << back_after[2] << " s; collectors made "
-            << made << ", learner got " << got << " (lost " << made - got << ")"
-            << std::endl;
-  for (auto x : published)
-    EXPECT_GT(x, 0);
-  // Nothing is counted twice. What a killed incarnation had handed to its
-  // bus but not yet to the socket dies with its memory: at most its window
-  // of unacked deltas (8 x 16 steps) per kill; measured 0 or one delta
-  // (docs/distributed.md, "Supervision").
-  EXPECT_LE(got, made) << "duplicated: " << got - made << "\n" << learner;
-  EXPECT_LE(made - got, 3 * 8 * 16) << "lost more than the windows\n"
-                                    << learner;
+            << back_after[1] << ", " << back_after[2] << " s; "
+            << recovered.size() << " spooled deltas recovered ("
+            << after_last_line << " steps past a last published line)"
+            << "; collectors made " << made << ", learner got " << got
+            << " (lost " << made - got << ")" << std::endl;
+  // Exactly once: what a killed incarnation published but the learner had
+  // not acknowledged outlived it in the spool and was republished by its
+  // successor under its own epoch; the learner dropped what it had already.
+  EXPECT_EQ(got, made) << (got > made ? "duplicated " : "lost ")
+                       << std::labs(got - made) << "\n"
+                       << learner;
   EXPECT_EQ(json_int(learner, "trajectories_received"), got) << learner;
+  // The launcher's spool directory is gone with the run.
+  ASSERT_FALSE(spool_dir.empty()) << p.text();
+  EXPECT_FALSE(std::filesystem::exists(spool_dir)) << spool_dir;
 }
 
 } // namespace

@@ -355,6 +355,33 @@ TEST_F(Seal, PeerCannotForwardInAnotherNodesName) {
   EXPECT_EQ(member_of(ma).deltas.size(), 1u);
 }
 
+// A restarted collector republishes its predecessor's deltas from its spool
+// under the old epoch; a peer may do that only in its own name. Node 1
+// forwarding node 3's deltas (of an older epoch, as a spool would hold them)
+// is refused outside and inside, and nothing reaches the learner's member.
+TEST_F(Seal, PeerCannotRepublishAnotherNodesDeltas) {
+  auto before = count(trust_event::forged_origin);
+  auto proxy = bus_of(b).peers[0].handle;
+  auto gate_b = gate_of(1, b);
+  hosts[1]->sys.spawn([=](caf::event_based_actor*) {
+    auto d = forged_delta(3, 1000);
+    d.epoch = 0xA11CE; // an older incarnation of node 3
+    d.seq = 7;
+    d.base = 7;
+    caf::send_as(gate_b, proxy, dice::forward_atom::value, std::string{"t"},
+                 std::uint32_t{3}, caf::make_message(std::string{"t"}, d));
+    caf::send_as(gate_b, proxy, dice::forward_atom::value, std::string{"t"},
+                 std::uint32_t{1}, caf::make_message(std::string{"t"}, d));
+  });
+  exec_all();
+  EXPECT_TRUE(member_of(ma).deltas.empty())
+    << "a peer republished another node's delta";
+  EXPECT_EQ(count(trust_event::forged_origin), before + 2);
+  // Its own republished deltas (any epoch of its own) still flow.
+  publish_delta(1, b, "t", 1, 5);
+  EXPECT_EQ(member_of(ma).deltas.size(), 1u);
+}
+
 // Item 7: a chunk's origin (and the snapshot's sender) must be the peer that
 // forwarded it.
 TEST_F(Seal, ChunkFromAnotherOriginIsDropped) {

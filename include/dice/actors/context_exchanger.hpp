@@ -48,6 +48,13 @@ struct context_exchange_stats {
   /// Deltas a learner of a group left to the learner that owns their
   /// collector (neither applied nor acked).
   std::atomic<std::uint64_t> deltas_not_owned{0};
+  /// Deltas a collector wrote to its spool before publishing them.
+  std::atomic<std::uint64_t> deltas_spooled{0};
+  /// Deltas of earlier incarnations a collector found in its spool and
+  /// republished under their own epoch and seq.
+  std::atomic<std::uint64_t> deltas_recovered{0};
+  /// Spool writes that failed (the collector went on without its spool).
+  std::atomic<std::uint64_t> spool_errors{0};
 };
 
 /// How a learner of a data-parallel group (docs/learner_group.md) takes its
@@ -115,6 +122,17 @@ struct context_exchanger_options {
   std::shared_ptr<context_exchange_stats> stats;
   /// A learner's share of the collectors in a group (null: all of them).
   std::shared_ptr<context_partition> partition;
+  /// A collector tracking acks (max_in_flight > 0) writes each delta to an
+  /// append-only spool in this directory before publishing it and forgets
+  /// it once acknowledged; a later incarnation of the same node (after
+  /// kill -9, say) republishes what its predecessors left unacknowledged,
+  /// under their epoch and seqs, so the learner applies each exactly once
+  /// (messages/context_spool.hpp). Empty: the node's --dice.spool-dir
+  /// (node_services::spool_dir); "-": no spool even then.
+  std::string spool_dir;
+  /// fdatasync every spool write (power loss; process death needs none).
+  /// Also on with the node's --dice.spool-fsync.
+  bool spool_fsync = false;
 };
 
 /// The event (topic) a node with role `r` emits its context on:

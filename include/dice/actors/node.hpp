@@ -141,6 +141,12 @@ struct node_config {
   /// Restarts of this process so far: dice-launch --max-restarts sets
   /// DICE_RESTART_COUNT for a node it started again (0: first start).
   std::int64_t restart_count = 0;
+  /// Directory where a collector spools the context deltas no learner has
+  /// acknowledged, so that its next incarnation republishes them (empty:
+  /// no spool; dice-launch --max-restarts gives each node one).
+  std::string spool_dir;
+  /// fdatasync every spool write (survives power loss, not only kill -9).
+  bool spool_fsync = false;
 };
 
 /// An actor system config with the node settings as options (group
@@ -193,6 +199,10 @@ class node_system_config : public caf::actor_system_config {
   bool deterministic = false;
   /// dice.max-restarts: restarts of a role actor whose middleware threw.
   std::int64_t max_restarts = 0;
+  /// dice.spool-dir: where a collector spools unacknowledged deltas.
+  std::string spool_dir;
+  /// dice.spool-fsync: flush every spool write to disk.
+  bool spool_fsync = false;
 };
 
 /// Builds the node settings from the options and, when dice.node-id is not

@@ -83,6 +83,11 @@ struct role_config {
   /// bus routes on (bench/router_latency_bench). Ignored on CAF's test
   /// coordinator (deterministic mode), where every actor shares one thread.
   bool detached = true;
+  /// Where a collector's context exchanger spools unacknowledged deltas
+  /// (node_services::spool_dir; empty: no spool).
+  std::string spool_dir;
+  /// fdatasync every spool write (node_services::spool_fsync).
+  bool spool_fsync = false;
 };
 
 /// State of a role actor; implements the services middleware sees.
@@ -109,6 +114,8 @@ struct role_state : node_services {
   void on_peer_event(peer_handler fn) override;
   node_report& report() override;
   caf::actor_system& system() override;
+  std::string spool_dir() const override;
+  bool spool_fsync() const override;
 
   // -- iteration engine -------------------------------------------------------
 
