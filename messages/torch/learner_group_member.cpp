@@ -3,18 +3,20 @@
 #include "dice/errc.hpp"
 #include "dice/log.hpp"
 #include "dice/messages/learner_group_hello.hpp"
+#include "dice/messages/peer_event.hpp"
 
 #include "caf/make_message.hpp"
 
 #include <algorithm>
 #include <map>
 #include <optional>
+#include <random>
 #include <set>
 
 namespace dice {
 
 struct learner_group_member::state {
-  enum class phase { forming, formed, failed, gone };
+  enum class phase { joining, forming, formed, failed, gone };
 
   learner_group_member_options opts;
   learner_group_member* owner = nullptr;
@@ -39,6 +41,31 @@ struct learner_group_member::state {
   // Per collector, (epoch, seq) up to which the group counted its deltas,
   // as of the last sync this rank completed.
   std::map<std::uint32_t, std::pair<std::uint64_t, std::uint64_t>> counted;
+  // Node id of each rank of the current generation (gathered on forming).
+  std::vector<std::uint32_t> members;
+  // This incarnation's nonce (a restarted learner's join request).
+  std::uint64_t nonce = 0;
+  // A restarted learner: the hello that admits it, once heard.
+  std::optional<learner_group_hello> welcome;
+  // When this learner started asking to join.
+  std::chrono::steady_clock::time_point join_since;
+  // Join requests heard (node -> nonce), and the nonces already admitted.
+  std::map<std::uint32_t, std::uint64_t> join_requests;
+  std::set<std::uint64_t> admitted;
+  // Rank 0 of a generation that admits a joiner: whom its hello names.
+  std::optional<learner_group_join> admitting;
+  // The previous generation after a join: every rank has finished its last
+  // collective only once all reached the next generation's store, so its
+  // connections are closed then (closing at once could cut a peer's last
+  // receive short).
+  std::optional<learner_group> retired;
+  // Rank 0 was lost; this survivor writes the checkpoint to resume from.
+  bool rank_zero_lost = false;
+  bool writes_last_checkpoint = false;
+  // Learner nodes the bus lost.
+  std::set<std::uint32_t> lost_nodes;
+  // This generation admitted this learner (it has no state of its own).
+  bool ph_joined = false;
 
   std::uint32_t node() const {
     return svc != nullptr ? svc->node_id() : 0;
@@ -51,11 +78,14 @@ struct learner_group_member::state {
   }
 
   void give_up(const std::string& why) {
+    if (ph == phase::gone)
+      return;
     log::error(node(), who() + ": " + why);
     ph = phase::gone;
     if (group)
       group->abort();
     group.reset();
+    retired.reset();
     if (svc != nullptr && !svc->finished())
       svc->request_finish("error: " + why);
   }
@@ -78,10 +108,23 @@ struct learner_group_member::state {
       log::warning(node(), "ignored a malformed learner group hello");
       return;
     }
+    if (ph == phase::joining && x->joiner && *x->joiner == node()
+        && x->joiner_nonce == nonce)
+      welcome = *x;
     hellos[x->generation] = *x;
   }
 
   void on_alive(const std::string& text) {
+    if (auto j = parse_learner_group_join(text)) {
+      if (j->node == node() || admitted.count(j->nonce) > 0)
+        return;
+      auto fresh = join_requests.insert_or_assign(j->node, j->nonce).second;
+      if (fresh && cfg.rank == 0)
+        log::info(node(),
+                  who() + ": node " + std::to_string(j->node)
+                    + " asks to join");
+      return;
+    }
     auto x = parse_learner_group_alive(text);
     if (!x) {
       log::warning(node(), "ignored a malformed learner group alive");
@@ -97,22 +140,195 @@ struct learner_group_member::state {
                         + " reported a failed step"));
   }
 
+  // A collector's (epoch, seq) as three doubles, exact below 2^53 each.
+  static void put_mark(double* x, std::uint64_t epoch, std::uint64_t upto) {
+    x[0] = static_cast<double>(upto);
+    x[1] = static_cast<double>(epoch >> 32);
+    x[2] = static_cast<double>(epoch & 0xFFFFFFFFu);
+  }
+
+  static std::pair<std::uint64_t, std::uint64_t> get_mark(const double* x) {
+    return {(static_cast<std::uint64_t>(x[1]) << 32)
+              | static_cast<std::uint64_t>(x[2]),
+            static_cast<std::uint64_t>(x[0])};
+  }
+
+  bool slot_is_mine(std::uint32_t c) const {
+    return !slot_owner.empty() && slot_owner[c % slot_owner.size()] == cfg.rank;
+  }
+
+  // A joiner owns nothing until it knows where the group counted.
+  bool owns_slot(std::uint32_t c) const {
+    return ph != phase::joining && !ph_joined && slot_is_mine(c);
+  }
+
+  // After a sync that admitted `joiner` (the same on every rank, right after
+  // the group counted everything applied so far; nothing else was applied
+  // since): the partition becomes collector id mod the new size, a
+  // collector that changes hands starts at the seq the group counted (its
+  // new owner settles up to there, its old owner ignores it from now on),
+  // and the group re-forms one larger with the joiner as the last rank.
+  void admit(std::uint32_t joiner) {
+    auto size = cfg.size + 1;
+    std::vector<int> table;
+    for (int s = 0; s < size; ++s)
+      table.push_back(s);
+    for (auto& [c, w] : counted) {
+      bool before = owns_slot(c);
+      bool after = table[c % table.size()] == cfg.rank;
+      if (!before && after && partition->settle)
+        partition->settle(c, w.first, w.second);
+    }
+    slot_owner = std::move(table);
+    log::warning(
+      node(),
+      who() + ": admitting node " + std::to_string(joiner) + " as rank "
+        + std::to_string(cfg.size) + "; re-forming with " + std::to_string(size)
+        + " learners as generation " + std::to_string(cfg.generation + 1));
+    if (cfg.rank == 0) {
+      auto i = join_requests.find(joiner);
+      admitting = learner_group_join{joiner,
+                                     i != join_requests.end() ? i->second : 0};
+      admitted.insert(admitting->nonce);
+    }
+    join_requests.erase(joiner);
+    retired = std::move(group);
+    group.reset();
+    cfg.generation += 1;
+    cfg.size = size;
+    cfg.store_port = 0;
+    ph = phase::forming;
+  }
+
+  // The join request rank 0 puts into this sync: node id + 1 (0: none).
+  double join_offer() const {
+    if (cfg.rank != 0)
+      return 0;
+    for (auto& [n, nonce] : join_requests)
+      if (std::find(members.begin(), members.end(), n) == members.end())
+        return static_cast<double>(n) + 1;
+    return 0;
+  }
+
+  // A restarted learner asks the running group to admit it (again every
+  // second until rank 0's hello names it, at most `join_timeout`).
+  step ask_to_join(context&) {
+    learner_group_join j{node(), nonce};
+    svc->publish(learner_group_alive_topic,
+                 caf::make_message(std::string{learner_group_alive_topic},
+                                   to_wire(j)));
+    return wait_for{
+      [this] {
+        return welcome.has_value() || svc->finished();
+      },
+      std::chrono::seconds{1},
+      [this](context& ctx, wait_outcome) -> step {
+        if (svc->finished()) {
+          ph = phase::gone;
+          return proceed;
+        }
+        if (!welcome) {
+          if (std::chrono::steady_clock::now() - join_since
+              > opts.join_timeout) {
+            give_up("no learner group admitted this restarted learner "
+                    "within the join timeout");
+            return proceed;
+          }
+          return ask_to_join(ctx);
+        }
+        cfg.generation = welcome->generation;
+        cfg.size = static_cast<int>(welcome->size);
+        cfg.rank = cfg.size - 1;
+        cfg.store_port = 0;
+        slot_owner.clear();
+        for (int s = 0; s < cfg.size; ++s)
+          slot_owner.push_back(s);
+        ph_joined = true;
+        ph = phase::forming;
+        log::info(node(), who() + ": admitted by the running group");
+        return form(ctx);
+      }};
+  }
+
+  // Rank 0 alone publishes models: without it the survivors stop the run,
+  // and the lowest (`writer`) writes the checkpoint to resume from.
+  void lose_rank_zero(bool writer) {
+    if (ph == phase::gone)
+      return;
+    rank_zero_lost = true;
+    writes_last_checkpoint = writer;
+    give_up("rank 0, the learner that publishes models, was lost; the "
+            "group cannot go on without it: the run stops"
+            + std::string{writer ? " and this learner writes the checkpoint "
+                                   "to resume from"
+                                 : ""});
+  }
+
+  // The bus lost a peer. Rank 0's loss is final at once: the collectors
+  // wait for its models, so a survivor waiting for their data would not
+  // reach a collective that fails for a minute.
+  void on_peer(const peer_event& ev) {
+    if (!ev.roles.has(role::learner))
+      return;
+    if (ev.up) {
+      lost_nodes.erase(ev.node);
+      return;
+    }
+    lost_nodes.insert(ev.node);
+    if (ph == phase::gone || ph == phase::joining || members.empty()
+        || cfg.rank == 0 || ev.node != members.front())
+      return;
+    // The lowest rank whose node the bus still has writes the checkpoint.
+    int writer = -1;
+    for (std::size_t r = 1; r < members.size() && writer < 0; ++r)
+      if (lost_nodes.count(members[r]) == 0)
+        writer = static_cast<int>(r);
+    lose_rank_zero(writer == cfg.rank);
+  }
+
   // Rank `root`'s counters, then the application's state.
+  // A joiner's state is the oldest: it never becomes the root.
   caf::error after_formed(context& ctx) {
     auto& g = *group;
-    if (g.size() == 1)
+    bool joined = ph_joined;
+    if (g.size() == 1) {
+      members = {node()};
       return {};
-    auto steps = g.all_gather(owner->progress ? owner->progress() : 0);
+    }
+    auto ids = g.all_gather(static_cast<std::int64_t>(node()));
+    if (!ids)
+      return ids.error();
+    members.assign(ids->begin(), ids->end());
+    auto steps = g.all_gather(joined              ? std::int64_t{-1}
+                                : owner->progress ? owner->progress()
+                                                  : 0);
     if (!steps)
       return steps.error();
     auto root = static_cast<int>(std::max_element(steps->begin(), steps->end())
                                  - steps->begin());
-    std::vector<double> counters{0, 0};
-    if (g.rank() == root)
-      counters = {static_cast<double>(env_step),
-                  static_cast<double>(env_episode)};
+    // The root's totals and, for a joiner, how far the group counted each
+    // collector's stream (a collector it takes over starts there).
+    auto n = static_cast<std::size_t>(opts.max_nodes);
+    std::vector<double> counters(2 + 3 * n, 0.0);
+    if (g.rank() == root) {
+      counters[0] = static_cast<double>(env_step);
+      counters[1] = static_cast<double>(env_episode);
+      for (auto& [c, w] : counted)
+        if (c < n)
+          put_mark(&counters[2 + 3 * c], w.first, w.second);
+    }
     if (auto err = g.all_reduce_sum(counters))
       return err;
+    if (joined) {
+      counted.clear();
+      for (std::uint32_t c = 0; c < n; ++c)
+        if (auto w = get_mark(&counters[2 + 3 * c]); w.second > 0) {
+          counted[c] = w;
+          if (slot_is_mine(c) && partition->settle)
+            partition->settle(c, w.first, w.second);
+        }
+      ph_joined = false;
+    }
     // Keep this rank's uncounted part on top of the root's totals.
     auto own_steps = ctx.env_step - set_env_step;
     auto own_episodes = ctx.env_episode - set_env_episode;
@@ -167,8 +383,15 @@ struct learner_group_member::state {
       return proceed;
     }
     if (c.rank == 0 && c.size > 1) {
-      learner_group_hello h{c.generation, static_cast<std::uint32_t>(c.size),
-                            c.address, g->store_port()};
+      learner_group_hello h;
+      h.generation = c.generation;
+      h.size = static_cast<std::uint32_t>(c.size);
+      h.host = c.address;
+      h.port = g->store_port();
+      if (admitting) {
+        h.joiner = admitting->node;
+        h.joiner_nonce = admitting->nonce;
+      }
       svc->publish(learner_group_topic,
                    caf::make_message(std::string{learner_group_topic},
                                      to_wire(h)));
@@ -180,13 +403,20 @@ struct learner_group_member::state {
     }
     group.emplace(std::move(*g));
     ph = phase::formed;
+    // Every rank left the previous generation (all reached this one).
+    retired.reset();
+    admitting.reset();
     if (auto err = after_formed(ctx)) {
       ph = phase::formed;
       fail(err);
       return proceed;
     }
+    std::string ids;
+    for (auto m : members)
+      ids += (ids.empty() ? "" : ", ") + std::to_string(m);
     log::info(node(),
-              who() + " formed (" + to_string(cfg.mode) + " all-reduce)");
+              who() + " formed (" + to_string(cfg.mode) + " all-reduce; nodes "
+                + ids + ")");
     return proceed;
   }
 
@@ -217,9 +447,10 @@ struct learner_group_member::state {
             survivors.push_back(r);
         if (std::find(survivors.begin(), survivors.end(), 0)
             == survivors.end()) {
-          give_up("rank 0, the learner that publishes models, was lost; "
-                  "the group cannot go on without it (restart the run, "
-                  "e.g. from its checkpoint)");
+          lose_rank_zero(
+            !survivors.empty()
+            && *std::min_element(survivors.begin(), survivors.end())
+              == cfg.rank);
           return proceed;
         }
         auto next = learner_group::next_generation(cfg, survivors);
@@ -264,6 +495,9 @@ struct learner_group_member::state {
 
   step before(context& ctx) {
     switch (ph) {
+      case phase::joining:
+        join_since = std::chrono::steady_clock::now();
+        return ask_to_join(ctx);
       case phase::forming: return form(ctx);
       case phase::failed: return reform(ctx);
       default: return proceed;
@@ -284,14 +518,17 @@ learner_group_member::learner_group_member(learner_group_member_options opts)
   st_->cfg.mode = opts.mode;
   for (int s = 0; s < st_->cfg.size; ++s)
     st_->slot_owner.push_back(s);
+  if (opts.rejoin) {
+    st_->ph = state::phase::joining;
+    std::random_device rd;
+    st_->nonce = (static_cast<std::uint64_t>(rd()) << 32) | rd();
+  }
   st_->partition = std::make_shared<context_partition>();
   st_->partition->defer_acks = true;
   std::weak_ptr<state> weak = st_;
   st_->partition->owns = [weak](std::uint32_t collector) {
     auto s = weak.lock();
-    if (!s || s->slot_owner.empty())
-      return true;
-    return s->slot_owner[collector % s->slot_owner.size()] == s->cfg.rank;
+    return !s || s->owns_slot(collector);
   };
 }
 
@@ -315,6 +552,9 @@ middleware learner_group_member::make_middleware() {
                     if (x.match_elements<std::string, std::string>())
                       st->on_alive(x.get_as<std::string>(1));
                   });
+    svc.on_peer_event([st](const peer_event& ev) {
+      st->on_peer(ev);
+    });
   };
   m.before = [st](context& ctx) {
     return st->before(ctx);
@@ -357,7 +597,8 @@ caf::expected<bool> learner_group_member::sync(context& ctx,
   auto& s = *st_;
   std::vector<double> xs{
     static_cast<double>(ctx.env_step - s.set_env_step),
-    static_cast<double>(ctx.env_episode - s.set_env_episode), stop ? 1.0 : 0.0};
+    static_cast<double>(ctx.env_episode - s.set_env_episode), stop ? 1.0 : 0.0,
+    s.join_offer()};
   xs.insert(xs.end(), extra.begin(), extra.end());
   auto marks = xs.size();
   auto n = static_cast<std::uint32_t>(s.opts.max_nodes);
@@ -376,13 +617,9 @@ caf::expected<bool> learner_group_member::sync(context& ctx,
     fail(err);
     return err;
   }
-  for (std::uint32_t c = 0; c < n; ++c) {
-    auto* x = &xs[marks + 3 * c];
-    if (x[0] > 0)
-      s.counted[c] = {(static_cast<std::uint64_t>(x[1]) << 32)
-                        | static_cast<std::uint64_t>(x[2]),
-                      static_cast<std::uint64_t>(x[0])};
-  }
+  for (std::uint32_t c = 0; c < n; ++c)
+    if (auto w = state::get_mark(&xs[marks + 3 * c]); w.second > 0)
+      s.counted[c] = w;
   xs.resize(marks);
   // Counted by the group: the collectors may forget these deltas now.
   if (s.partition->ack_now)
@@ -391,18 +628,32 @@ caf::expected<bool> learner_group_member::sync(context& ctx,
   s.env_episode += static_cast<std::int64_t>(xs[1]);
   ctx.env_step = s.set_env_step = s.env_step;
   ctx.env_episode = s.set_env_episode = s.env_episode;
-  std::copy(xs.begin() + 3, xs.end(), extra.begin());
-  return xs[2] > 0;
+  std::copy(xs.begin() + 4, xs.end(), extra.begin());
+  bool stopping = xs[2] > 0;
+  // Rank 0 offered a restarted learner's join: every rank re-forms before
+  // its next iteration (a stop wins; the joiner keeps asking meanwhile).
+  if (!stopping && xs[3] > 0)
+    s.admit(static_cast<std::uint32_t>(xs[3]) - 1);
+  return stopping;
 }
 
 void learner_group_member::fail(const caf::error& err) {
   st_->fail(err);
 }
 
+bool learner_group_member::rank_zero_lost() const {
+  return st_->rank_zero_lost;
+}
+
+bool learner_group_member::writes_last_checkpoint() const {
+  return st_->rank_zero_lost ? st_->writes_last_checkpoint : st_->cfg.rank == 0;
+}
+
 void learner_group_member::leave() {
   if (st_->group)
     st_->group->abort();
   st_->group.reset();
+  st_->retired.reset();
   st_->ph = state::phase::gone;
 }
 
