@@ -1,509 +1,266 @@
-#include "dice/torch/learner_group_member.hpp"
-
 #include "dice/errc.hpp"
 #include "dice/log.hpp"
-#include "dice/messages/learner_group_hello.hpp"
-#include "dice/messages/peer_event.hpp"
 
 #include "caf/make_message.hpp"
 
+#include "learner_group_member_state.hpp"
+
 #include <algorithm>
-#include <map>
-#include <optional>
 #include <random>
-#include <set>
 
 namespace dice {
 
-struct learner_group_member::state {
-  enum class phase { joining, forming, formed, failed, gone };
+void learner_group_member::state::give_up(const std::string& why) {
+  if (ph == phase::gone)
+    return;
+  log::error(node(), who() + ": " + why);
+  ph = phase::gone;
+  if (group)
+    group->abort();
+  group.reset();
+  retired.reset();
+  if (svc != nullptr && !svc->finished())
+    svc->request_finish("error: " + why);
+}
 
-  learner_group_member_options opts;
-  learner_group_member* owner = nullptr;
-  node_services* svc = nullptr;
-  phase ph = phase::forming;
-  // Config of the generation being formed or formed.
-  learner_group_config cfg;
-  std::optional<learner_group> group;
-  // slot (collector id mod the first size) -> rank owning it now.
-  std::vector<int> slot_owner;
-  // Rendezvous addresses heard, by generation.
-  std::map<std::uint64_t, learner_group_hello> hellos;
-  // Survivors heard, by failed generation.
-  std::map<std::uint64_t, std::set<int>> alive;
-  std::shared_ptr<context_partition> partition;
-  // The group's totals, and what ctx held when they were set: ctx minus
-  // that is this rank's part not yet counted.
-  std::int64_t env_step = 0;
-  std::int64_t env_episode = 0;
-  std::int64_t set_env_step = 0;
-  std::int64_t set_env_episode = 0;
-  // Per collector, (epoch, seq) up to which the group counted its deltas,
-  // as of the last sync this rank completed.
-  std::map<std::uint32_t, std::pair<std::uint64_t, std::uint64_t>> counted;
-  // Node id of each rank of the current generation (gathered on forming).
-  std::vector<std::uint32_t> members;
-  // This incarnation's nonce (a restarted learner's join request).
-  std::uint64_t nonce = 0;
-  // A restarted learner: the hello that admits it, once heard.
-  std::optional<learner_group_hello> welcome;
-  // When this learner started asking to join.
-  std::chrono::steady_clock::time_point join_since;
-  // Join requests heard (node -> nonce), and the nonces already admitted.
-  std::map<std::uint32_t, std::uint64_t> join_requests;
-  std::set<std::uint64_t> admitted;
-  // Rank 0 of a generation that admits a joiner: whom its hello names.
-  std::optional<learner_group_join> admitting;
-  // The previous generation after a join: every rank has finished its last
-  // collective only once all reached the next generation's store, so its
-  // connections are closed then (closing at once could cut a peer's last
-  // receive short).
-  std::optional<learner_group> retired;
-  // Rank 0 was lost; this survivor writes the checkpoint to resume from.
-  bool rank_zero_lost = false;
-  bool writes_last_checkpoint = false;
-  // Learner nodes the bus lost.
-  std::set<std::uint32_t> lost_nodes;
-  // This generation admitted this learner (it has no state of its own).
-  bool ph_joined = false;
+void learner_group_member::state::fail(const caf::error& err) {
+  if (ph != phase::formed)
+    return;
+  log::error(node(),
+             who() + ": step failed: " + render(err)
+               + "; re-forming without the learners lost");
+  if (group)
+    group->abort();
+  group.reset();
+  ph = phase::failed;
+}
 
-  std::uint32_t node() const {
-    return svc != nullptr ? svc->node_id() : 0;
+void learner_group_member::state::on_hello(const std::string& text) {
+  auto x = parse_learner_group_hello(text);
+  if (!x) {
+    log::warning(node(), "ignored a malformed learner group hello");
+    return;
   }
+  if (ph == phase::joining && x->joiner && *x->joiner == node()
+      && x->joiner_nonce == nonce)
+    welcome = *x;
+  hellos[x->generation] = *x;
+}
 
-  std::string who() const {
-    return "learner group (generation " + std::to_string(cfg.generation)
-      + ", rank " + std::to_string(cfg.rank) + " of " + std::to_string(cfg.size)
-      + ")";
-  }
-
-  void give_up(const std::string& why) {
-    if (ph == phase::gone)
-      return;
-    log::error(node(), who() + ": " + why);
-    ph = phase::gone;
-    if (group)
-      group->abort();
-    group.reset();
-    retired.reset();
-    if (svc != nullptr && !svc->finished())
-      svc->request_finish("error: " + why);
-  }
-
-  void fail(const caf::error& err) {
-    if (ph != phase::formed)
-      return;
-    log::error(node(),
-               who() + ": step failed: " + render(err)
-                 + "; re-forming without the learners lost");
-    if (group)
-      group->abort();
-    group.reset();
-    ph = phase::failed;
-  }
-
-  void on_hello(const std::string& text) {
-    auto x = parse_learner_group_hello(text);
-    if (!x) {
-      log::warning(node(), "ignored a malformed learner group hello");
-      return;
-    }
-    if (ph == phase::joining && x->joiner && *x->joiner == node()
-        && x->joiner_nonce == nonce)
-      welcome = *x;
-    hellos[x->generation] = *x;
-  }
-
-  void on_alive(const std::string& text) {
-    if (auto j = parse_learner_group_join(text)) {
-      if (j->node == node() || admitted.count(j->nonce) > 0)
-        return;
-      auto fresh = join_requests.insert_or_assign(j->node, j->nonce).second;
-      if (fresh && cfg.rank == 0)
-        log::info(node(),
-                  who() + ": node " + std::to_string(j->node)
-                    + " asks to join");
-      return;
-    }
-    auto x = parse_learner_group_alive(text);
-    if (!x) {
-      log::warning(node(), "ignored a malformed learner group alive");
-      return;
-    }
-    alive[x->generation].insert(static_cast<int>(x->rank));
-    // A peer's step failed: this rank's group is broken too, even if this
-    // rank has not called a collective since; join the re-formation.
-    if (x->generation == cfg.generation && ph == phase::formed
-        && static_cast<int>(x->rank) != cfg.rank)
-      fail(make_error(errc::unreachable,
-                      "rank " + std::to_string(x->rank)
-                        + " reported a failed step"));
-  }
-
-  // A collector's (epoch, seq) as three doubles, exact below 2^53 each.
-  static void put_mark(double* x, std::uint64_t epoch, std::uint64_t upto) {
-    x[0] = static_cast<double>(upto);
-    x[1] = static_cast<double>(epoch >> 32);
-    x[2] = static_cast<double>(epoch & 0xFFFFFFFFu);
-  }
-
-  static std::pair<std::uint64_t, std::uint64_t> get_mark(const double* x) {
-    return {(static_cast<std::uint64_t>(x[1]) << 32)
-              | static_cast<std::uint64_t>(x[2]),
-            static_cast<std::uint64_t>(x[0])};
-  }
-
-  bool slot_is_mine(std::uint32_t c) const {
-    return !slot_owner.empty() && slot_owner[c % slot_owner.size()] == cfg.rank;
-  }
-
-  // A joiner owns nothing until it knows where the group counted.
-  bool owns_slot(std::uint32_t c) const {
-    return ph != phase::joining && !ph_joined && slot_is_mine(c);
-  }
-
-  // After a sync that admitted `joiner` (the same on every rank, right after
-  // the group counted everything applied so far; nothing else was applied
-  // since): the partition becomes collector id mod the new size, a
-  // collector that changes hands starts at the seq the group counted (its
-  // new owner settles up to there, its old owner ignores it from now on),
-  // and the group re-forms one larger with the joiner as the last rank.
-  void admit(std::uint32_t joiner) {
-    auto size = cfg.size + 1;
-    std::vector<int> table;
-    for (int s = 0; s < size; ++s)
-      table.push_back(s);
-    for (auto& [c, w] : counted) {
-      bool before = owns_slot(c);
-      bool after = table[c % table.size()] == cfg.rank;
-      if (!before && after && partition->settle)
-        partition->settle(c, w.first, w.second);
-    }
-    slot_owner = std::move(table);
-    log::warning(
-      node(),
-      who() + ": admitting node " + std::to_string(joiner) + " as rank "
-        + std::to_string(cfg.size) + "; re-forming with " + std::to_string(size)
-        + " learners as generation " + std::to_string(cfg.generation + 1));
-    if (cfg.rank == 0) {
-      auto i = join_requests.find(joiner);
-      admitting = learner_group_join{joiner,
-                                     i != join_requests.end() ? i->second : 0};
-      admitted.insert(admitting->nonce);
-    }
-    join_requests.erase(joiner);
-    retired = std::move(group);
-    group.reset();
-    cfg.generation += 1;
-    cfg.size = size;
-    cfg.store_port = 0;
-    ph = phase::forming;
-  }
-
-  // The join request rank 0 puts into this sync: node id + 1 (0: none).
-  double join_offer() const {
-    if (cfg.rank != 0)
-      return 0;
-    for (auto& [n, nonce] : join_requests)
-      if (std::find(members.begin(), members.end(), n) == members.end())
-        return static_cast<double>(n) + 1;
-    return 0;
-  }
-
-  // A restarted learner asks the running group to admit it (again every
-  // second until rank 0's hello names it, at most `join_timeout`).
-  step ask_to_join(context&) {
-    learner_group_join j{node(), nonce};
-    svc->publish(learner_group_alive_topic,
-                 caf::make_message(std::string{learner_group_alive_topic},
-                                   to_wire(j)));
-    return wait_for{
-      [this] {
-        return welcome.has_value() || svc->finished();
-      },
-      std::chrono::seconds{1},
-      [this](context& ctx, wait_outcome) -> step {
-        if (svc->finished()) {
-          ph = phase::gone;
-          return proceed;
-        }
-        if (!welcome) {
-          if (std::chrono::steady_clock::now() - join_since
-              > opts.join_timeout) {
-            give_up("no learner group admitted this restarted learner "
-                    "within the join timeout");
-            return proceed;
-          }
-          return ask_to_join(ctx);
-        }
-        cfg.generation = welcome->generation;
-        cfg.size = static_cast<int>(welcome->size);
-        cfg.rank = cfg.size - 1;
-        cfg.store_port = 0;
-        slot_owner.clear();
-        for (int s = 0; s < cfg.size; ++s)
-          slot_owner.push_back(s);
-        ph_joined = true;
-        ph = phase::forming;
-        log::info(node(), who() + ": admitted by the running group");
-        return form(ctx);
-      }};
-  }
-
-  // Rank 0 alone publishes models: without it the survivors stop the run,
-  // and the lowest (`writer`) writes the checkpoint to resume from.
-  void lose_rank_zero(bool writer) {
-    if (ph == phase::gone)
-      return;
-    rank_zero_lost = true;
-    writes_last_checkpoint = writer;
-    give_up("rank 0, the learner that publishes models, was lost; the "
-            "group cannot go on without it: the run stops"
-            + std::string{writer ? " and this learner writes the checkpoint "
-                                   "to resume from"
-                                 : ""});
-  }
-
-  // The bus lost a peer. Rank 0's loss is final at once: the collectors
-  // wait for its models, so a survivor waiting for their data would not
-  // reach a collective that fails for a minute.
-  void on_peer(const peer_event& ev) {
-    if (!ev.roles.has(role::learner))
-      return;
-    if (ev.up) {
-      lost_nodes.erase(ev.node);
-      return;
-    }
-    lost_nodes.insert(ev.node);
-    if (ph == phase::gone || ph == phase::joining || members.empty()
-        || cfg.rank == 0 || ev.node != members.front())
-      return;
-    // The lowest rank whose node the bus still has writes the checkpoint.
-    int writer = -1;
-    for (std::size_t r = 1; r < members.size() && writer < 0; ++r)
-      if (lost_nodes.count(members[r]) == 0)
-        writer = static_cast<int>(r);
-    lose_rank_zero(writer == cfg.rank);
-  }
-
-  // Rank `root`'s counters, then the application's state.
-  // A joiner's state is the oldest: it never becomes the root.
-  caf::error after_formed(context& ctx) {
-    auto& g = *group;
-    bool joined = ph_joined;
-    if (g.size() == 1) {
-      members = {node()};
-      return {};
-    }
-    auto ids = g.all_gather(static_cast<std::int64_t>(node()));
-    if (!ids)
-      return ids.error();
-    members.assign(ids->begin(), ids->end());
-    auto steps = g.all_gather(joined              ? std::int64_t{-1}
-                                : owner->progress ? owner->progress()
-                                                  : 0);
-    if (!steps)
-      return steps.error();
-    auto root = static_cast<int>(std::max_element(steps->begin(), steps->end())
-                                 - steps->begin());
-    // The root's totals and, for a joiner, how far the group counted each
-    // collector's stream (a collector it takes over starts there).
-    auto n = static_cast<std::size_t>(opts.max_nodes);
-    std::vector<double> counters(2 + 3 * n, 0.0);
-    if (g.rank() == root) {
-      counters[0] = static_cast<double>(env_step);
-      counters[1] = static_cast<double>(env_episode);
-      for (auto& [c, w] : counted)
-        if (c < n)
-          put_mark(&counters[2 + 3 * c], w.first, w.second);
-    }
-    if (auto err = g.all_reduce_sum(counters))
-      return err;
-    if (joined) {
-      counted.clear();
-      for (std::uint32_t c = 0; c < n; ++c)
-        if (auto w = get_mark(&counters[2 + 3 * c]); w.second > 0) {
-          counted[c] = w;
-          if (slot_is_mine(c) && partition->settle)
-            partition->settle(c, w.first, w.second);
-        }
-      ph_joined = false;
-    }
-    // Keep this rank's uncounted part on top of the root's totals.
-    auto own_steps = ctx.env_step - set_env_step;
-    auto own_episodes = ctx.env_episode - set_env_episode;
-    env_step = static_cast<std::int64_t>(counters[0]);
-    env_episode = static_cast<std::int64_t>(counters[1]);
-    set_env_step = env_step;
-    set_env_episode = env_episode;
-    ctx.env_step = env_step + own_steps;
-    ctx.env_episode = env_episode + own_episodes;
-    if (owner->sync_state)
-      return owner->sync_state(g, root, ctx);
+// Rank `root`'s counters, then the application's state.
+// A joiner's state is the oldest: it never becomes the root.
+caf::error learner_group_member::state::after_formed(context& ctx) {
+  auto& g = *group;
+  bool joined = ph_joined;
+  if (g.size() == 1) {
+    members = {node()};
     return {};
   }
+  auto ids = g.all_gather(static_cast<std::int64_t>(node()));
+  if (!ids)
+    return ids.error();
+  members.assign(ids->begin(), ids->end());
+  auto steps = g.all_gather(joined              ? std::int64_t{-1}
+                              : owner->progress ? owner->progress()
+                                                : 0);
+  if (!steps)
+    return steps.error();
+  auto root = static_cast<int>(std::max_element(steps->begin(), steps->end())
+                               - steps->begin());
+  // The root's totals and, for a joiner, how far the group counted each
+  // collector's stream (a collector it takes over starts there).
+  auto n = static_cast<std::size_t>(opts.max_nodes);
+  std::vector<double> counters(2 + 3 * n, 0.0);
+  if (g.rank() == root) {
+    counters[0] = static_cast<double>(env_step);
+    counters[1] = static_cast<double>(env_episode);
+    for (auto& [c, w] : counted)
+      if (c < n)
+        put_mark(&counters[2 + 3 * c], w.first, w.second);
+  }
+  if (auto err = g.all_reduce_sum(counters))
+    return err;
+  if (joined) {
+    counted.clear();
+    for (std::uint32_t c = 0; c < n; ++c)
+      if (auto w = get_mark(&counters[2 + 3 * c]); w.second > 0) {
+        counted[c] = w;
+        if (slot_is_mine(c) && partition->settle)
+          partition->settle(c, w.first, w.second);
+      }
+    ph_joined = false;
+  }
+  // Keep this rank's uncounted part on top of the root's totals.
+  auto own_steps = ctx.env_step - set_env_step;
+  auto own_episodes = ctx.env_episode - set_env_episode;
+  env_step = static_cast<std::int64_t>(counters[0]);
+  env_episode = static_cast<std::int64_t>(counters[1]);
+  set_env_step = env_step;
+  set_env_episode = env_episode;
+  ctx.env_step = env_step + own_steps;
+  ctx.env_episode = env_episode + own_episodes;
+  if (owner->sync_state)
+    return owner->sync_state(g, root, ctx);
+  return {};
+}
 
-  // Rank 0 opens the store and tells the others; the others wait for that.
-  step form(context& ctx) {
-    if (svc->finished()) {
-      ph = phase::gone;
-      return proceed;
-    }
-    auto c = cfg;
-    if (c.rank != 0 && c.size > 1) {
-      auto i = hellos.find(c.generation);
-      if (i == hellos.end())
-        return wait_for{[this] {
-                          return hellos.count(cfg.generation) > 0;
-                        },
-                        opts.join_timeout,
-                        [this](context& ctx, wait_outcome out) -> step {
-                          if (out == wait_outcome::finished) {
-                            ph = phase::gone;
-                            return proceed;
-                          }
-                          if (out == wait_outcome::timed_out) {
-                            give_up("no rendezvous address from rank 0 within "
-                                    "the join timeout");
-                            return proceed;
-                          }
-                          return form(ctx);
-                        }};
-      if (i->second.size != static_cast<std::uint32_t>(c.size)) {
-        give_up("rank 0 forms a group of " + std::to_string(i->second.size)
-                + ", this learner expected " + std::to_string(c.size));
-        return proceed;
-      }
-      c.store_host = i->second.host;
-      c.store_port = i->second.port;
-    }
-    auto g = learner_group::create(c);
-    if (!g) {
-      give_up("cannot create the group: " + render(g.error()));
-      return proceed;
-    }
-    if (c.rank == 0 && c.size > 1) {
-      learner_group_hello h;
-      h.generation = c.generation;
-      h.size = static_cast<std::uint32_t>(c.size);
-      h.host = c.address;
-      h.port = g->store_port();
-      if (admitting) {
-        h.joiner = admitting->node;
-        h.joiner_nonce = admitting->nonce;
-      }
-      svc->publish(learner_group_topic,
-                   caf::make_message(std::string{learner_group_topic},
-                                     to_wire(h)));
-    }
-    // Blocks this role actor until every rank connected (join_timeout).
-    if (auto err = g->join()) {
-      give_up("cannot form the group: " + render(err));
-      return proceed;
-    }
-    group.emplace(std::move(*g));
-    ph = phase::formed;
-    // Every rank left the previous generation (all reached this one).
-    retired.reset();
-    admitting.reset();
-    if (auto err = after_formed(ctx)) {
-      ph = phase::formed;
-      fail(err);
-      return proceed;
-    }
-    std::string ids;
-    for (auto m : members)
-      ids += (ids.empty() ? "" : ", ") + std::to_string(m);
-    log::info(node(),
-              who() + " formed (" + to_string(cfg.mode) + " all-reduce; nodes "
-                + ids + ")");
+// Rank 0 opens the store and tells the others; the others wait for that.
+step learner_group_member::state::form(context& ctx) {
+  if (svc->finished()) {
+    ph = phase::gone;
     return proceed;
   }
-
-  // Survivors announce themselves, then form generation + 1 without the
-  // learners not heard from within the window.
-  step reform(context&) {
-    auto gen = cfg.generation;
-    alive[gen].insert(cfg.rank);
-    learner_group_alive a{gen, static_cast<std::uint32_t>(cfg.rank)};
-    svc->publish(learner_group_alive_topic,
-                 caf::make_message(std::string{learner_group_alive_topic},
-                                   to_wire(a)));
-    return wait_for{
-      [this, gen] {
-        return svc->finished()
-          || alive[gen].size() >= static_cast<std::size_t>(cfg.size);
-      },
-      opts.reform_window,
-      [this, gen](context& ctx, wait_outcome) -> step {
-        if (svc->finished()) {
-          // The other learners stopped because the run is over.
-          ph = phase::gone;
-          return proceed;
-        }
-        std::vector<int> survivors;
-        for (auto r : alive[gen])
-          if (r >= 0 && r < cfg.size)
-            survivors.push_back(r);
-        if (std::find(survivors.begin(), survivors.end(), 0)
-            == survivors.end()) {
-          lose_rank_zero(
-            !survivors.empty()
-            && *std::min_element(survivors.begin(), survivors.end())
-              == cfg.rank);
-          return proceed;
-        }
-        auto next = learner_group::next_generation(cfg, survivors);
-        if (!next) {
-          give_up("cannot re-form: " + render(next.error()));
-          return proceed;
-        }
-        std::sort(survivors.begin(), survivors.end());
-        std::vector<bool> owned_before;
-        for (auto o : slot_owner)
-          owned_before.push_back(o == cfg.rank);
-        // Survivors keep their slots; a lost learner's slots go to the
-        // survivors by slot mod survivors.
-        for (std::size_t s = 0; s < slot_owner.size(); ++s) {
-          auto it = std::find(survivors.begin(), survivors.end(),
-                              slot_owner[s]);
-          slot_owner[s] = it != survivors.end()
-            ? static_cast<int>(it - survivors.begin())
-            : static_cast<int>(s % survivors.size());
-        }
-        // Collectors this learner takes over: what the group counted of
-        // them is settled here, so their resends are not counted twice.
-        auto new_rank = static_cast<int>(
-          std::find(survivors.begin(), survivors.end(), cfg.rank)
-          - survivors.begin());
-        for (auto& [c, w] : counted) {
-          auto slot = c % slot_owner.size();
-          if (!owned_before[slot] && slot_owner[slot] == new_rank
-              && partition->settle)
-            partition->settle(c, w.first, w.second);
-        }
-        log::warning(
-          node(),
-          who() + ": re-forming with " + std::to_string(survivors.size())
-            + " learners as generation " + std::to_string(next->generation));
-        next->address = opts.address;
-        cfg = *next;
-        ph = phase::forming;
-        return form(ctx);
-      }};
-  }
-
-  step before(context& ctx) {
-    switch (ph) {
-      case phase::joining:
-        join_since = std::chrono::steady_clock::now();
-        return ask_to_join(ctx);
-      case phase::forming: return form(ctx);
-      case phase::failed: return reform(ctx);
-      default: return proceed;
+  auto c = cfg;
+  if (c.rank != 0 && c.size > 1) {
+    auto i = hellos.find(c.generation);
+    if (i == hellos.end())
+      return wait_for{[this] {
+                        return hellos.count(cfg.generation) > 0;
+                      },
+                      opts.join_timeout,
+                      [this](context& ctx, wait_outcome out) -> step {
+                        if (out == wait_outcome::finished) {
+                          ph = phase::gone;
+                          return proceed;
+                        }
+                        if (out == wait_outcome::timed_out) {
+                          give_up("no rendezvous address from rank 0 within "
+                                  "the join timeout");
+                          return proceed;
+                        }
+                        return form(ctx);
+                      }};
+    if (i->second.size != static_cast<std::uint32_t>(c.size)) {
+      give_up("rank 0 forms a group of " + std::to_string(i->second.size)
+              + ", this learner expected " + std::to_string(c.size));
+      return proceed;
     }
+    c.store_host = i->second.host;
+    c.store_port = i->second.port;
   }
-};
+  auto g = learner_group::create(c);
+  if (!g) {
+    give_up("cannot create the group: " + render(g.error()));
+    return proceed;
+  }
+  if (c.rank == 0 && c.size > 1) {
+    learner_group_hello h;
+    h.generation = c.generation;
+    h.size = static_cast<std::uint32_t>(c.size);
+    h.host = c.address;
+    h.port = g->store_port();
+    if (admitting) {
+      h.joiner = admitting->node;
+      h.joiner_nonce = admitting->nonce;
+    }
+    svc->publish(learner_group_topic,
+                 caf::make_message(std::string{learner_group_topic},
+                                   to_wire(h)));
+  }
+  // Blocks this role actor until every rank connected (join_timeout).
+  if (auto err = g->join()) {
+    give_up("cannot form the group: " + render(err));
+    return proceed;
+  }
+  group.emplace(std::move(*g));
+  ph = phase::formed;
+  // Every rank left the previous generation (all reached this one).
+  retired.reset();
+  admitting.reset();
+  if (auto err = after_formed(ctx)) {
+    ph = phase::formed;
+    fail(err);
+    return proceed;
+  }
+  std::string ids;
+  for (auto m : members)
+    ids += (ids.empty() ? "" : ", ") + std::to_string(m);
+  log::info(node(),
+            who() + " formed (" + to_string(cfg.mode) + " all-reduce; nodes "
+              + ids + ")");
+  return proceed;
+}
+
+// Survivors announce themselves, then form generation + 1 without the
+// learners not heard from within the window.
+step learner_group_member::state::reform(context&) {
+  auto gen = cfg.generation;
+  alive[gen].insert(cfg.rank);
+  learner_group_alive a{gen, static_cast<std::uint32_t>(cfg.rank)};
+  svc->publish(learner_group_alive_topic,
+               caf::make_message(std::string{learner_group_alive_topic},
+                                 to_wire(a)));
+  return wait_for{
+    [this, gen] {
+      return svc->finished()
+        || alive[gen].size() >= static_cast<std::size_t>(cfg.size);
+    },
+    opts.reform_window,
+    [this, gen](context& ctx, wait_outcome) -> step {
+      if (svc->finished()) {
+        // The other learners stopped because the run is over.
+        ph = phase::gone;
+        return proceed;
+      }
+      std::vector<int> survivors;
+      for (auto r : alive[gen])
+        if (r >= 0 && r < cfg.size)
+          survivors.push_back(r);
+      if (std::find(survivors.begin(), survivors.end(), 0) == survivors.end()) {
+        lose_rank_zero(!survivors.empty()
+                       && *std::min_element(survivors.begin(), survivors.end())
+                         == cfg.rank);
+        return proceed;
+      }
+      auto next = learner_group::next_generation(cfg, survivors);
+      if (!next) {
+        give_up("cannot re-form: " + render(next.error()));
+        return proceed;
+      }
+      std::sort(survivors.begin(), survivors.end());
+      std::vector<bool> owned_before;
+      for (auto o : slot_owner)
+        owned_before.push_back(o == cfg.rank);
+      // Survivors keep their slots; a lost learner's slots go to the
+      // survivors by slot mod survivors.
+      for (std::size_t s = 0; s < slot_owner.size(); ++s) {
+        auto it = std::find(survivors.begin(), survivors.end(), slot_owner[s]);
+        slot_owner[s] = it != survivors.end()
+          ? static_cast<int>(it - survivors.begin())
+          : static_cast<int>(s % survivors.size());
+      }
+      // Collectors this learner takes over: what the group counted of
+      // them is settled here, so their resends are not counted twice.
+      auto new_rank = static_cast<int>(
+        std::find(survivors.begin(), survivors.end(), cfg.rank)
+        - survivors.begin());
+      for (auto& [c, w] : counted) {
+        auto slot = c % slot_owner.size();
+        if (!owned_before[slot] && slot_owner[slot] == new_rank
+            && partition->settle)
+          partition->settle(c, w.first, w.second);
+      }
+      log::warning(
+        node(),
+        who() + ": re-forming with " + std::to_string(survivors.size())
+          + " learners as generation " + std::to_string(next->generation));
+      next->address = opts.address;
+      cfg = *next;
+      ph = phase::forming;
+      return form(ctx);
+    }};
+}
+
+step learner_group_member::state::before(context& ctx) {
+  switch (ph) {
+    case phase::joining:
+      join_since = std::chrono::steady_clock::now();
+      return ask_to_join(ctx);
+    case phase::forming: return form(ctx);
+    case phase::failed: return reform(ctx);
+    default: return proceed;
+  }
+}
 
 learner_group_member::learner_group_member(learner_group_member_options opts)
   : st_(std::make_shared<state>()) {
