@@ -76,8 +76,11 @@ void learner_group_member::state::admit(std::uint32_t joiner) {
 double learner_group_member::state::join_offer() const {
   if (cfg.rank != 0)
     return 0;
+  // Only a learner this node's bus has now: a join naming another node (a
+  // collector, a dead one) would leave the group waiting to form.
   for (auto& [n, nonce] : join_requests)
-    if (std::find(members.begin(), members.end(), n) == members.end())
+    if (std::find(members.begin(), members.end(), n) == members.end()
+        && learner_peers.count(n) > 0)
       return static_cast<double>(n) + 1;
   return 0;
 }
@@ -143,9 +146,11 @@ void learner_group_member::state::on_peer(const peer_event& ev) {
     return;
   if (ev.up) {
     lost_nodes.erase(ev.node);
+    learner_peers.insert(ev.node);
     return;
   }
   lost_nodes.insert(ev.node);
+  learner_peers.erase(ev.node);
   // Once the run finished, peers leave as it ends.
   if (svc == nullptr || svc->finished() || ph == phase::gone
       || ph == phase::joining || members.empty() || cfg.rank == 0

@@ -66,8 +66,9 @@ struct learner_group_member::state {
   // Rank 0 was lost; this survivor writes the checkpoint to resume from.
   bool rank_zero_lost = false;
   bool writes_last_checkpoint = false;
-  // Learner nodes the bus lost.
+  // Learner nodes the bus lost, and those it has now.
   std::set<std::uint32_t> lost_nodes;
+  std::set<std::uint32_t> learner_peers;
   // This generation admitted this learner (it has no state of its own).
   bool ph_joined = false;
 
