@@ -59,9 +59,13 @@ group_trainer::result group_trainer::iterate(dice::context& ctx,
   // The group consumes `size` batches per step: as many samples per new
   // transition as one learner with updates_per_step.
   owed += extra[0] * opts.algo.updates_per_step / size;
+  // The sync admitted a restarted learner: the steps owed are taken in the
+  // larger generation (its root hands `owed` on).
+  auto* g = member->group();
+  if (g == nullptr)
+    return res;
   auto n = static_cast<std::int64_t>(owed);
   owed -= static_cast<double>(n);
-  auto* g = member->group();
   for (std::int64_t i = 0; i < n && g != nullptr; ++i) {
     bool ok = true;
     auto loss = learner.update([&](torch::nn::Module& m) {

@@ -318,7 +318,10 @@ dice::middleware train_step(std::shared_ptr<shared_run> run, q_network net,
     // In a group only rank 0 is "the learner" that reports and saves.
     bool lead = !st->group || st->group->member->rank() == 0;
     if (ctx.total_step == 0) {
-      ctx.train_iter = run.resume_train_iter;
+      // A restarted learner that joined a running group already has the
+      // group's train_iter (its checkpoint is older).
+      if (!st->group || st->group->member->generation() == 0)
+        ctx.train_iter = run.resume_train_iter;
       // A group counts the resumed steps once.
       if (lead) {
         ctx.env_step += run.resume_env_step;
@@ -417,7 +420,8 @@ dice::middleware train_step(std::shared_ptr<shared_run> run, q_network net,
                              "learner group: the last count failed; env_step "
                              "of this report is this learner's view");
       st->group->member->leave();
-      if (st->group->member->rank() != 0)
+      // Rank 0, or the survivor that writes the state after rank 0 died.
+      if (!st->group->member->writes_last_checkpoint())
         return;
     }
     st->save(ctx);
@@ -851,6 +855,7 @@ caf::expected<run_summary> run_node(caf::actor_system& sys,
   if (!node)
     return node.error();
   dice::pipeline pipe;
+  std::shared_ptr<group_trainer> trainer;
   try {
     // Same seed, same construction: every process starts from the same
     // weights as the learner (the in-process run copies them instead).
@@ -858,7 +863,6 @@ caf::expected<run_summary> run_node(caf::actor_system& sys,
     auto net = make_net(opts, *resume);
     // A restarted learner greets collectors that wait for its model (they
     // would otherwise wait for data while it waits for theirs).
-    std::shared_ptr<group_trainer> trainer;
     dice::context_exchanger_options co;
     if (grouped) {
       if (cfg.index >= cfg.learners)
@@ -868,6 +872,9 @@ caf::expected<run_summary> run_node(caf::actor_system& sys,
       dice::learner_group_member_options mo;
       mo.rank = rank;
       mo.size = static_cast<int>(cfg.learners);
+      // Restarted by dice-launch: the group runs on without this learner,
+      // which asks to be admitted again.
+      mo.rejoin = cfg.restart_count > 0;
       mo.max_nodes = std::max<std::uint32_t>(cfg.workers, cfg.id + 1);
       mo.address = group_address(cfg);
       mo.mode = opts.reduce == "flat" ? dice::reduce_mode::flat
@@ -931,6 +938,20 @@ caf::expected<run_summary> run_node(caf::actor_system& sys,
   node->stop();
   if (!rep)
     return rep.error();
+  if (trainer && trainer->member->rank_zero_lost()
+      && trainer->member->writes_last_checkpoint())
+    dice::log::error(
+      id,
+      "the learner group lost rank 0, so the run stopped; this learner "
+      "wrote the group's state to "
+        + path_in(opts, "latest.pt") + ", learner.pt and latest.json "
+        + "(env_step " + std::to_string(rep->env_step) + ", train_iter "
+        + std::to_string(rep->train_iter)
+        + "). Resume: run the same command again with --resume, e.g. "
+          "dice-launch --workers "
+        + std::to_string(cfg.workers) + " --learners "
+        + std::to_string(cfg.learners)
+        + " -- dqn_cartpole <the same options> --resume --out=" + opts.out);
   run_summary sum;
   sum.node = id;
   sum.roles = dice::to_string(dice::role_set{role});

@@ -45,6 +45,11 @@ struct learner_group_member_options {
   /// After a failed step survivors announce themselves this long before
   /// they re-form without those not heard from.
   caf::timespan reform_window = std::chrono::seconds{2};
+  /// A learner that (re)started while its group runs (e.g. dice-launch
+  /// --max-restarts restarted it): instead of forming generation 0 it asks
+  /// the group to admit it (`dice-lg1 join` on `learner_group_alive_topic`),
+  /// and joins the next generation as its last rank, with the group's state.
+  bool rejoin = false;
   /// Collector node ids are below this: every sync carries, per collector,
   /// how far its owner counted its deltas (3 doubles each), so a learner
   /// that takes a lost learner's collectors over skips what the group
@@ -94,9 +99,12 @@ class learner_group_member {
   std::uint64_t generation() const;
 
   /// True if this learner applies `collector`'s context: collector node id
-  /// mod the first generation's size names a slot; a slot's learner keeps
-  /// it across re-formations, a dead learner's slots go to survivors by
-  /// slot mod survivors (so no live learner's collectors change hands).
+  /// mod the group's size names a slot; a slot's learner keeps it across
+  /// re-formations after a failure, a dead learner's slots go to survivors
+  /// by slot mod survivors (so no live learner's collectors change hands);
+  /// a join makes it collector id mod the new size (collectors that change
+  /// hands start where the group counted them). A joiner owns nothing until
+  /// its generation formed.
   bool owns(std::uint32_t collector) const;
 
   /// One iteration's bookkeeping, on every rank: sums every rank's env_step
@@ -104,11 +112,22 @@ class learner_group_member {
   /// totals), sums `extra` in place, and ORs `stop`; then acknowledges the
   /// context merged so far. Returns whether any rank asked to stop; an
   /// error marks the group failed (re-formed before the next iteration).
+  /// If rank 0 had a join request, every rank admits the joiner here: the
+  /// partition changes at once and `group()` is null until the larger
+  /// generation formed (before the next iteration).
   caf::expected<bool> sync(context& ctx, std::vector<double>& extra, bool stop);
 
   /// Marks the group failed after one of its collectives returned `err`:
   /// logs it and drops the group, so the peers fail at once too.
   void fail(const caf::error& err);
+
+  /// True once the group lost its rank 0: the survivors stop the run (rank 0
+  /// alone publishes models; re-forming around a new one is not built).
+  bool rank_zero_lost() const;
+
+  /// True if this learner writes the group's checkpoint when the run ends:
+  /// rank 0, or after rank 0 was lost, the lowest survivor.
+  bool writes_last_checkpoint() const;
 
   /// Ends this learner's membership (peers see the closed connections).
   void leave();
