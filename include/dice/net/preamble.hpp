@@ -55,7 +55,7 @@ enum class channel : std::uint8_t {
   /// CAF's BASP: the buses' messages.
   control = 1,
   /// Bulk bytes between two connected buses (net/data_plane.hpp), bound to
-  /// their control session by a ticket.
+  /// their control session by a MAC (net/data_auth.hpp).
   data = 2,
 };
 
