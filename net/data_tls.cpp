@@ -58,10 +58,6 @@ caf::expected<std::shared_ptr<data_tls>> data_tls::make(const tls_files& x) {
   SSL_CTX_set_num_tickets(ctx, 0);
   SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
   SSL_CTX_set_mode(ctx, SSL_MODE_AUTO_RETRY);
-  // Bulk reads: take what the socket has (several records) per recv
-  // instead of one 5-byte header and one record at a time.
-  SSL_CTX_set_read_ahead(ctx, 1);
-  SSL_CTX_set_default_read_buffer_len(ctx, std::size_t{1} << 18);
   return result;
 }
 
