@@ -775,8 +775,12 @@ void send_hello(bus_ptr self, std::size_t idx, caf::actor peer,
   auto& st = self->state;
   auto sent = make_hello(self);
   sent.proof = std::move(proof);
+  // The data plane's key exchange for this control session.
+  std::shared_ptr<const net::data_offer> offer;
   if (st.cfg.data && st.cfg.data->enabled())
-    sent.data = "dial";
+    offer = net::data_offer::make();
+  if (offer)
+    sent.data = offer->pub();
   st.handshakes[peer.address()] = bus_handshake{idx, {}};
   self
     ->request(st.gate, st.cfg.connect_timeout * 2, ask_atom::value, peer, sent)
@@ -806,12 +810,11 @@ void send_hello(bus_ptr self, std::size_t idx, caf::actor peer,
         }
         insert_peer(self,
                     bus_peer{h.node, h.roles, peer, h.topics, h.drained, idx});
-        // The acceptor's ticket: open the data connections beside BASP
+        // The acceptor's key: open the data connections beside BASP
         // (snapshots use BASP until they are up).
-        if (st.cfg.data && st.cfg.data->enabled()
-            && h.data.size() == net::data_ticket_size)
+        if (st.cfg.data && offer && h.data.size() == net::data_key_size)
           st.cfg.data->dial(h.node, st.endpoints[idx].host,
-                            st.endpoints[idx].port, h.data);
+                            st.endpoints[idx].port, offer, h.data);
         // What the peer held for us arrives before anything else.
         replay(self, peer, early);
         send_backlog(self, peer, h.topics);
@@ -897,7 +900,7 @@ caf::result<peer_hello> accept_hello(bus_ptr self, const caf::actor& from,
   }
   auto reply = make_hello(self);
   if (st.cfg.data && st.cfg.data->enabled() && !h.data.empty())
-    reply.data = st.cfg.data->issue_ticket(h.node);
+    reply.data = st.cfg.data->accept_session(h.node, h.data);
   insert_peer(self, bus_peer{h.node, h.roles, from, h.topics, h.drained, {}});
   // The backlog goes out now, before the answer: the gate sends the answer
   // once this handler returned, and one connection keeps the order.

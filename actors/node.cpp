@@ -461,13 +461,10 @@ caf::expected<node> node::start(caf::actor_system& sys, node_config cfg) {
     net::data_plane_config dc;
     dc.node = c.id;
     dc.secret = c.secret;
-    dc.tls = bc.tls;
+    // The control connection's TLS files: data connections run TLS too.
+    dc.tls = c.tls;
     dc.connect_timeout = c.connect_timeout;
     result.data_ = net::data_plane::make(sys, std::move(dc));
-    if (bc.tls)
-      log::info(c.id,
-                "TLS is on: snapshots travel over BASP (the data "
-                "connection has no TLS yet)");
     bc.data = result.data_;
   }
   result.bus_ = sys.spawn(dice::bus, std::move(bc));
@@ -497,11 +494,12 @@ caf::error node::listen() {
   // Runs on the listener's thread for each connection that finished the
   // preamble: only then does CAF get the socket.
   auto handover = [&sys, basp, gate, sigs, tls, port, node_id,
-                   data](int fd, net::channel ch, const std::string& peer) {
+                   data](int fd, net::channel ch, const std::string& peer,
+                         const std::string& binding) {
     if (ch == net::channel::data) {
-      // Bound to a control session by its ticket, or closed unanswered.
+      // Bound to a control session by its proof, or closed unanswered.
       if (data && data->enabled())
-        data->accept(fd, peer);
+        data->accept(fd, peer, binding);
       else
         ::close(fd);
       return;

@@ -6,6 +6,8 @@
 //     with the same-host shortcut off (bytes on the data connection);
 //     P = shm: the same-host shortcut on (sealed memfd, a reference on the
 //     socket); P = basp: the data plane off (BASP chunks).
+//     --tls DIR: every node runs TLS with DIR/{cert,key,ca}.pem
+//     (scripts/make-test-certs), on BASP and on data connections alike.
 //   remote_bench context --collectors N --obs K --batch B --seconds T
 // The parent is the learner; it forks N collector processes (this same
 // binary) that attach to its bus on an ephemeral port. One JSON line out.
@@ -23,6 +25,7 @@
 #include "caf/actor_system_config.hpp"
 #include "caf/event_based_actor.hpp"
 #include "caf/io/middleman.hpp"
+#include "caf/openssl/manager.hpp"
 #include "caf/scoped_actor.hpp"
 
 #include "bench_options.hpp"
@@ -51,10 +54,12 @@ using clk = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
 // Options after the mode.
-const std::vector<std::string> known_options{"size",  "rounds", "collectors",
-                                             "obs",   "batch",  "seconds",
-                                             "chunk", "window", "port",
-                                             "node",  "mode",   "path"};
+const std::vector<std::string> known_options{
+  "size",   "rounds", "collectors", "obs",  "batch", "seconds", "chunk",
+  "window", "port",   "node",       "mode", "path",  "tls"};
+
+// --tls DIR (empty: no TLS).
+std::string tls_dir;
 
 std::string arg(int argc, char** argv, const std::string& name,
                 const std::string& fallback) {
@@ -138,7 +143,13 @@ int tcp_main(long size, long rounds) {
 struct config : caf::actor_system_config {
   config() {
     load<caf::io::middleman>();
+    load<caf::openssl::manager>();
     dice::add_message_types(*this);
+    if (!tls_dir.empty()) {
+      openssl_certificate = tls_dir + "/cert.pem";
+      openssl_key = tls_dir + "/key.pem";
+      openssl_cafile = tls_dir + "/ca.pem";
+    }
   }
 };
 
@@ -153,6 +164,8 @@ dice::node_config node_settings(std::uint32_t id, bool listen,
   nc.port = 0;
   nc.peer_loss_timeout = std::chrono::hours{1};
   nc.data_channel = path != "basp";
+  if (!tls_dir.empty())
+    nc.tls = {tls_dir + "/cert.pem", tls_dir + "/key.pem", tls_dir + "/ca.pem"};
   return nc;
 }
 
@@ -399,6 +412,7 @@ int snapshot_main(int argc, char** argv) {
   auto med = times[times.size() / 2];
   print_json({{"mode", "snapshot"},
               {"path", path},
+              {"tls", !tls_dir.empty()},
               {"collectors", n},
               {"size", size},
               {"round_s", med},
@@ -495,6 +509,7 @@ int main(int argc, char** argv) {
   if (auto why = dice::bench::check_options(argc, argv, 2, known_options);
       !why.empty())
     return dice::bench::refuse("remote_bench", why, known_options);
+  tls_dir = arg(argc, argv, "tls", "");
   if (mode == "tcp")
     return tcp_main(num(argc, argv, "size", 6'800'000),
                     num(argc, argv, "rounds", 10));

@@ -13,13 +13,18 @@
 
 #include "data_inbox.hpp"
 #include "data_shm.hpp"
+#include "data_tls.hpp"
 #include <fcntl.h>
+#include <openssl/err.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -52,33 +57,67 @@ atomic_counters& counters() {
   return x;
 }
 
-// Most tickets outstanding at once (one per connected peer is normal).
-constexpr std::size_t max_tickets = 1024;
+// Most sessions waiting for their data connections at once (one per
+// connected peer is normal).
+constexpr std::size_t max_sessions = 1024;
 
-// How long an issued ticket stays valid.
-constexpr auto ticket_lifetime = std::chrono::seconds{30};
+// How long a session may bind its data connections after the hello.
+constexpr auto session_lifetime = std::chrono::seconds{30};
 
 // Bytes read (and hashed while in cache) per recv call.
 constexpr std::size_t read_piece = std::size_t{4} << 20;
 
-void set_blocking(int fd, caf::timespan send_timeout) {
-  auto flags = ::fcntl(fd, F_GETFL, 0);
-  ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
-  auto us = std::chrono::duration_cast<std::chrono::microseconds>(send_timeout)
-              .count();
+void set_timeout(int fd, int option, caf::timespan x) {
+  auto us = std::chrono::duration_cast<std::chrono::microseconds>(x).count();
+  if (us <= 0 && x.count() > 0)
+    us = 1; // 0 would mean "no timeout"
   timeval tv{static_cast<time_t>(us / 1000000),
              static_cast<suseconds_t>(us % 1000000)};
-  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+  ::setsockopt(fd, SOL_SOCKET, option, &tv, sizeof(tv));
 }
 
-// Reads exactly `n` bytes from a blocking socket: n on success, 0 on a
-// close before the first byte, -1 on a close or error in the middle.
-long read_exactly(int fd, char* out, std::size_t n) {
-  std::size_t got = 0;
-  while (got < n) {
-    auto k = ::recv(fd, out + got, n - got, 0);
+// Blocking from now on; both directions wait at most `timeout` (0: a read
+// waits for ever).
+void set_blocking(int fd, caf::timespan send_timeout,
+                  caf::timespan recv_timeout) {
+  auto flags = ::fcntl(fd, F_GETFL, 0);
+  ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+  set_timeout(fd, SO_SNDTIMEO, send_timeout);
+  set_timeout(fd, SO_RCVTIMEO, recv_timeout);
+}
+
+caf::timespan left_until(deadline_clock::time_point deadline) {
+  auto left = deadline - deadline_clock::now();
+  return std::max(std::chrono::duration_cast<caf::timespan>(left),
+                  caf::timespan{1});
+}
+
+// One read from a blocking socket, through TLS when `ssl` is set: the
+// number of bytes, 0 on an orderly close, -1 on an error or timeout.
+long read_some(int fd, ssl_st* ssl, char* out, std::size_t n) {
+  if (ssl != nullptr) {
+    auto k = SSL_read(ssl, out,
+                      static_cast<int>(std::min<std::size_t>(n, INT_MAX)));
+    if (k > 0)
+      return k;
+    auto err = SSL_get_error(ssl, k);
+    ERR_clear_error();
+    return err == SSL_ERROR_ZERO_RETURN ? 0 : -1;
+  }
+  for (;;) {
+    auto k = ::recv(fd, out, n, 0);
     if (k < 0 && errno == EINTR)
       continue;
+    return k;
+  }
+}
+
+// Reads exactly `n` bytes: n on success, 0 on a close before the first
+// byte, -1 on a close or error in the middle.
+long read_exactly(int fd, ssl_st* ssl, char* out, std::size_t n) {
+  std::size_t got = 0;
+  while (got < n) {
+    auto k = read_some(fd, ssl, out + got, n - got);
     if (k <= 0)
       return got == 0 && k == 0 ? 0 : -1;
     got += static_cast<std::size_t>(k);
@@ -86,8 +125,26 @@ long read_exactly(int fd, char* out, std::size_t n) {
   return static_cast<long>(n);
 }
 
-// Writes the iovecs whole (blocking socket with a send timeout).
-bool write_all(int fd, iovec* iov, int count) {
+// Writes the iovecs whole (blocking socket with a send timeout), through
+// TLS when `ssl` is set (no writev there: one SSL_write per piece).
+bool write_all(int fd, ssl_st* ssl, iovec* iov, int count) {
+  if (ssl != nullptr) {
+    for (int i = 0; i < count; ++i) {
+      auto p = static_cast<const char*>(iov[i].iov_base);
+      auto left = iov[i].iov_len;
+      while (left > 0) {
+        auto n = static_cast<int>(std::min<std::size_t>(left, 1u << 30));
+        auto k = SSL_write(ssl, p, n);
+        if (k <= 0) {
+          ERR_clear_error();
+          return false;
+        }
+        p += k;
+        left -= static_cast<std::size_t>(k);
+      }
+    }
+    return true;
+  }
   while (count > 0) {
     msghdr msg{};
     msg.msg_iov = iov;
@@ -145,9 +202,26 @@ std::shared_ptr<shm_segment> data_item::segment() const {
   return seg_;
 }
 
-struct data_plane::ticket {
-  std::string bytes;
-  std::uint32_t peer = 0;
+// A thread of the plane: OpenSSL writes with write(2), not send(2) with
+// MSG_NOSIGNAL, so a peer gone mid-write would raise SIGPIPE and end the
+// process; blocked in these threads it stays pending and harmless.
+std::thread plane_thread(std::function<void()> fn) {
+  return std::thread{[fn = std::move(fn)] {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &set, nullptr);
+    fn();
+  }};
+}
+
+bool write_bytes(int fd, ssl_st* ssl, const std::string& bytes) {
+  iovec iov{const_cast<char*>(bytes.data()), bytes.size()};
+  return write_all(fd, ssl, &iov, 1);
+}
+
+struct data_plane::session {
+  std::string key;
   deadline_clock::time_point expires;
   std::uint8_t used = 0; // bit per direction
 };
@@ -160,6 +234,7 @@ struct data_plane::out_link {
   };
   std::uint32_t peer = 0;
   int fd = -1;
+  ssl_ptr ssl;
   std::mutex mtx;
   std::condition_variable cv;
   std::deque<job> queue;
@@ -173,9 +248,13 @@ struct data_plane::out_link {
 struct data_plane::in_link {
   std::uint32_t peer = 0;
   int fd = -1;
+  ssl_ptr ssl;
   std::uint64_t epoch = 0;
   std::shared_ptr<data_budget> budget;
-  bool expect_ack = false;
+  // The acceptor's ack to write first (acceptor side), or the ack to read
+  // and check first (dialer side); empty: none.
+  std::string ack_out;
+  std::string ack_in;
 };
 
 std::shared_ptr<data_plane> data_plane::make(caf::actor_system& sys,
@@ -185,6 +264,15 @@ std::shared_ptr<data_plane> data_plane::make(caf::actor_system& sys,
 
 data_plane::data_plane(caf::actor_system& sys, data_plane_config cfg)
   : cfg_(std::move(cfg)) {
+  if (cfg_.tls.any()) {
+    if (auto ctx = data_tls::make(cfg_.tls)) {
+      tls_ = std::move(*ctx);
+    } else {
+      enabled_ = false;
+      log::warning(cfg_.node,
+                   render(ctx.error()) + "; snapshots travel over BASP");
+    }
+  }
   inbox_ = spawn_data_inbox(sys, cfg_.node, cfg_.io_timeout);
   same_host_ = cfg_.same_host;
   probe_ = make_probe();
@@ -198,28 +286,40 @@ void data_plane::spawn_thread(std::function<void()> fn) {
   std::lock_guard<std::mutex> guard{mtx_};
   if (stopping_)
     return;
-  threads_.emplace_back(std::move(fn));
+  threads_.push_back(plane_thread(std::move(fn)));
 }
 
-std::string data_plane::issue_ticket(std::uint32_t peer) {
-  auto t = std::make_shared<ticket>();
-  t->bytes = random_nonce(data_ticket_size);
-  t->peer = peer;
-  t->expires = deadline_clock::now() + ticket_lifetime;
-  std::lock_guard<std::mutex> guard{mtx_};
+std::string data_plane::accept_session(std::uint32_t peer,
+                                       const std::string& their_pub) {
+  auto mine = data_offer::make();
+  std::optional<std::string> dh;
+  if (mine)
+    dh = mine->agree(their_pub);
+  if (!dh) {
+    log::warning(cfg_.node,
+                 "node " + std::to_string(peer)
+                   + " offered a malformed data plane key; its "
+                     "snapshots travel over BASP");
+    return {};
+  }
+  auto s = std::make_shared<session>();
+  s->key = data_session_key(cfg_.secret, cfg_.node, peer, their_pub,
+                            mine->pub(), *dh);
   auto now = deadline_clock::now();
-  for (auto i = tickets_.begin(); i != tickets_.end();)
-    if (i->second->expires < now || i->second->peer == peer)
-      i = tickets_.erase(i);
+  s->expires = now + session_lifetime;
+  std::lock_guard<std::mutex> guard{mtx_};
+  for (auto i = sessions_.begin(); i != sessions_.end();)
+    if (i->second->expires < now)
+      i = sessions_.erase(i);
     else
       ++i;
-  if (tickets_.size() >= max_tickets)
-    tickets_.erase(tickets_.begin());
-  tickets_.emplace(t->bytes, t);
-  return t->bytes;
+  if (sessions_.size() >= max_sessions && sessions_.count(peer) == 0)
+    sessions_.erase(sessions_.begin());
+  sessions_[peer] = std::move(s);
+  return mine->pub();
 }
 
-void data_plane::accept(int fd, std::string where) {
+void data_plane::accept(int fd, std::string where, std::string binding) {
   {
     std::lock_guard<std::mutex> guard{mtx_};
     if (stopping_) {
@@ -228,12 +328,13 @@ void data_plane::accept(int fd, std::string where) {
     }
     pending_fds_.push_back(fd);
   }
-  spawn_thread([this, fd, where = std::move(where)] {
-    bind_accepted(fd, where);
-  });
+  spawn_thread(
+    [this, fd, where = std::move(where), binding = std::move(binding)] {
+      bind_accepted(fd, where, binding);
+    });
 }
 
-void data_plane::bind_accepted(int fd, std::string where) {
+void data_plane::bind_accepted(int fd, std::string where, std::string binding) {
   auto done_pending = [&] {
     std::lock_guard<std::mutex> guard{mtx_};
     pending_fds_.erase(std::remove(pending_fds_.begin(), pending_fds_.end(),
@@ -249,104 +350,169 @@ void data_plane::bind_accepted(int fd, std::string where) {
     ::close(fd);
   };
   auto deadline = deadline_clock::now() + cfg_.connect_timeout;
-  auto bytes = recv_exactly(fd, data_bind_size, deadline);
-  if (!bytes)
-    return refuse("no bind frame: " + render(bytes.error()));
-  auto b = decode_bind(bytes->data(), bytes->size());
+  set_blocking(fd, cfg_.connect_timeout, cfg_.connect_timeout);
+  ssl_ptr ssl;
+  std::string tls_b;
+  if (tls_) {
+    auto x = tls_->handshake(fd, true);
+    if (!x)
+      return refuse(render(x.error()));
+    ssl = std::move(*x);
+    tls_b = tls_binding(ssl.get());
+    if (tls_b.empty())
+      return refuse("no TLS exporter value");
+    set_blocking(fd, left_until(deadline), left_until(deadline));
+  }
+  char raw[data_bind_size];
+  if (read_exactly(fd, ssl.get(), raw, data_bind_size)
+      != static_cast<long>(data_bind_size))
+    return refuse("no bind frame");
+  auto b = decode_bind(raw, data_bind_size);
   if (!b)
     return refuse("malformed bind frame");
-  bool valid = false;
+  std::string ack;
+  std::string why;
   {
     std::lock_guard<std::mutex> guard{mtx_};
-    // Compared in constant time, every ticket: no timing hints.
-    std::shared_ptr<ticket> match;
-    for (auto& [key, t] : tickets_)
-      if (same_mac(key, b->ticket))
-        match = t;
+    auto i = sessions_.find(b->node);
     auto bit = static_cast<std::uint8_t>(1u << b->direction);
-    if (match && match->peer == b->node
-        && match->expires >= deadline_clock::now() && !(match->used & bit)) {
-      valid = true;
-      match->used |= bit;
-      if (match->used == 3)
-        tickets_.erase(match->bytes);
+    if (i == sessions_.end())
+      why = "no control session with node " + std::to_string(b->node);
+    else if (i->second->expires < deadline_clock::now())
+      why = "the session of node " + std::to_string(b->node) + " expired";
+    else if (i->second->used & bit)
+      why = "node " + std::to_string(b->node) + " already bound this direction";
+    else if (binding.size() != 2 * preamble_nonce_size
+             || !same_mac(b->mac,
+                          data_bind_mac(i->second->key, b->direction, binding,
+                                        tls_b)))
+      why = "node " + std::to_string(b->node)
+        + " did not prove this control session";
+    if (why.empty()) {
+      auto& s = *i->second;
+      ack = encode_ack(
+        data_ack_mac(s.key, b->direction, binding, tls_b, b->mac));
+      s.used |= bit;
+      if (s.used == 3)
+        sessions_.erase(i);
     }
   }
-  if (!valid)
-    return refuse("no valid ticket for node " + std::to_string(b->node));
+  if (!why.empty()) {
+    count(trust_event::auth_refused);
+    return refuse(why);
+  }
   done_pending();
   if (b->direction == data_dialer_writes) {
-    // The inbox knows the link before the dialer may send a reference.
-    add_in(b->node, fd, false);
-    if (auto err = send_all(fd, encode_ack(), deadline))
-      log::warning(cfg_.node,
-                   "data connection from node " + std::to_string(b->node)
-                     + " failed at the ack: " + render(err));
+    // The inbox knows the link before the dialer may send a reference; the
+    // reader writes the ack (one thread per SSL object).
+    add_in(b->node, fd, std::move(ssl), std::move(ack), {});
     return;
   }
-  if (auto err = send_all(fd, encode_ack(), deadline)) {
+  if (!write_bytes(fd, ssl.get(), ack)) {
     ::close(fd);
     return;
   }
-  add_out(b->node, fd);
+  add_out(b->node, fd, std::move(ssl));
 }
 
 void data_plane::dial(std::uint32_t peer, std::string host, std::uint16_t port,
-                      std::string ticket) {
-  spawn_thread(
-    [this, peer, host = std::move(host), port, ticket = std::move(ticket)] {
-      dial_one(peer, host, port, ticket, data_acceptor_writes);
-      dial_one(peer, host, port, ticket, data_dialer_writes);
-    });
+                      std::shared_ptr<const data_offer> mine,
+                      std::string their_pub) {
+  spawn_thread([this, peer, host = std::move(host), port,
+                mine = std::move(mine), their = std::move(their_pub)] {
+    std::optional<std::string> dh;
+    if (mine && enabled_)
+      dh = mine->agree(their);
+    if (!dh) {
+      std::lock_guard<std::mutex> guard{mtx_};
+      failed_[peer] = "node " + std::to_string(peer)
+        + " answered with a malformed data plane key";
+      changed_.notify_all();
+      return;
+    }
+    auto key = data_session_key(cfg_.secret, peer, cfg_.node, mine->pub(),
+                                their, *dh);
+    dial_one(peer, host, port, key, data_acceptor_writes);
+    dial_one(peer, host, port, key, data_dialer_writes);
+  });
 }
 
-void data_plane::dial_one(std::uint32_t peer, const std::string& host,
-                          std::uint16_t port, const std::string& tk,
+bool data_plane::dial_one(std::uint32_t peer, const std::string& host,
+                          std::uint16_t port, const std::string& key,
                           std::uint8_t direction) {
   auto where = host + ":" + std::to_string(port);
   auto fail = [&](const std::string& why) {
     std::lock_guard<std::mutex> guard{mtx_};
     failed_[peer] = "cannot open a data connection to " + where + ": " + why;
     changed_.notify_all();
+    return false;
   };
   auto deadline = deadline_clock::now() + cfg_.connect_timeout;
-  auto fd = dial_channel(cfg_.secret, host, port, channel::data, deadline);
+  std::string binding;
+  auto fd = dial_channel(cfg_.secret, host, port, channel::data, deadline,
+                         &binding);
   if (!fd)
     return fail(render(fd.error()));
   {
     std::lock_guard<std::mutex> guard{mtx_};
     if (stopping_) {
       ::close(*fd);
-      return;
+      return false;
     }
   }
-  auto bind = encode_bind(data_bind{direction, cfg_.node, tk});
-  if (direction == data_acceptor_writes) {
-    // Registered first: the reader reads the ack, then transfers.
-    if (auto err = send_all(*fd, bind, deadline)) {
+  set_blocking(*fd, left_until(deadline), left_until(deadline));
+  ssl_ptr ssl;
+  std::string tls_b;
+  if (tls_) {
+    auto x = tls_->handshake(*fd, false);
+    if (!x) {
       ::close(*fd);
-      return fail(render(err));
+      return fail(render(x.error()));
     }
-    add_in(peer, *fd, true);
-    return;
+    ssl = std::move(*x);
+    tls_b = tls_binding(ssl.get());
+    if (tls_b.empty()) {
+      ::close(*fd);
+      return fail("no TLS exporter value");
+    }
+    set_blocking(*fd, left_until(deadline), left_until(deadline));
   }
-  if (auto err = send_all(*fd, bind, deadline)) {
+  auto mac = data_bind_mac(key, direction, binding, tls_b);
+  auto ack = data_ack_mac(key, direction, binding, tls_b, mac);
+  if (!write_bytes(*fd, ssl.get(),
+                   encode_bind(data_bind{direction, cfg_.node, mac}))) {
     ::close(*fd);
-    return fail(render(err));
+    return fail(std::string{"cannot send the bind frame: "}
+                + std::strerror(errno));
   }
-  auto ack = recv_exactly(*fd, data_ack_size, deadline);
-  if (!ack || !is_ack(ack->data(), ack->size())) {
+  if (direction == data_acceptor_writes) {
+    // Registered first: the reader checks the ack, then reads transfers.
+    add_in(peer, *fd, std::move(ssl), {}, std::move(ack));
+    return true;
+  }
+  char raw[data_ack_size];
+  auto got = read_exactly(*fd, ssl.get(), raw, data_ack_size)
+      == static_cast<long>(data_ack_size)
+    ? decode_ack(raw, data_ack_size)
+    : std::nullopt;
+  if (!got || !same_mac(*got, ack)) {
     ::close(*fd);
-    return fail("the peer refused the ticket");
+    if (got)
+      count(trust_event::auth_refused);
+    return fail(got ? "the peer did not prove this control session"
+                    : "the peer refused the data connection");
   }
-  add_out(peer, *fd);
+  add_out(peer, *fd, std::move(ssl));
+  return true;
 }
 
-void data_plane::add_out(std::uint32_t peer, int fd) {
-  set_blocking(fd, cfg_.io_timeout);
+void data_plane::add_out(std::uint32_t peer, int fd, ssl_ptr ssl) {
+  set_blocking(fd, cfg_.io_timeout, caf::timespan{0});
   auto link = std::make_shared<out_link>();
   link->peer = peer;
   link->fd = fd;
+  link->ssl = std::move(ssl);
+  auto tls = link->ssl != nullptr;
   {
     std::lock_guard<std::mutex> guard{mtx_};
     if (stopping_) {
@@ -365,21 +531,28 @@ void data_plane::add_out(std::uint32_t peer, int fd) {
     failed_.erase(peer);
     warned_.erase(peer);
     changed_.notify_all();
-    threads_.emplace_back([this, link] {
+    threads_.push_back(plane_thread([this, link] {
       run_writer(link);
-    });
+    }));
   }
   ++counters().links_opened;
   log::debug(cfg_.node,
              "data connection to node " + std::to_string(peer)
-               + " is up (sending)");
+               + " is up (sending" + (tls ? ", TLS)" : ")"));
 }
 
-void data_plane::add_in(std::uint32_t peer, int fd, bool expect_ack) {
-  set_blocking(fd, cfg_.io_timeout);
+void data_plane::add_in(std::uint32_t peer, int fd, ssl_ptr ssl,
+                        std::string ack_out, std::string ack_in) {
+  // Reads wait for ever once the ack is through (a quiet peer is fine);
+  // until then the setup deadline set by the caller holds.
+  set_blocking(fd, cfg_.io_timeout,
+               ack_in.empty() ? caf::timespan{0} : cfg_.connect_timeout);
   auto link = std::make_shared<in_link>();
   link->peer = peer;
   link->fd = fd;
+  link->ssl = std::move(ssl);
+  link->ack_out = std::move(ack_out);
+  link->ack_in = std::move(ack_in);
   link->budget = std::make_shared<data_budget>(cfg_.max_peer_bytes);
   {
     std::lock_guard<std::mutex> guard{mtx_};
@@ -388,8 +561,6 @@ void data_plane::add_in(std::uint32_t peer, int fd, bool expect_ack) {
       return;
     }
     link->epoch = ++next_epoch_;
-    // The dialer's receiving side reads the acceptor's ack first.
-    link->expect_ack = expect_ack;
     if (auto i = in_.find(peer); i != in_.end()) {
       ::shutdown(i->second->fd, SHUT_RDWR);
       i->second->budget->close();
@@ -397,9 +568,9 @@ void data_plane::add_in(std::uint32_t peer, int fd, bool expect_ack) {
     in_[peer] = link;
     caf::anon_send(inbox_, data_up_atom::value, peer, link->epoch,
                    link->budget);
-    threads_.emplace_back([this, link] {
+    threads_.push_back(plane_thread([this, link] {
       run_reader(link);
-    });
+    }));
   }
   ++counters().links_opened;
 }
@@ -527,7 +698,7 @@ void data_plane::run_writer(std::shared_ptr<out_link> link) {
   std::string why = "closed";
   auto send_frame = [&](const std::array<char, data_header_size>& f) {
     iovec iov{const_cast<char*>(f.data()), f.size()};
-    return write_all(link->fd, &iov, 1);
+    return write_all(link->fd, link->ssl.get(), &iov, 1);
   };
   // Same host? The peer answers "probe ok" on its own connection if it can
   // read this token through /proc.
@@ -557,19 +728,24 @@ void data_plane::run_writer(std::shared_ptr<out_link> link) {
     auto& bytes = job.item->bytes();
     if (link->same_host) {
       if (auto seg = job.item->segment()) {
+        auto frame = encode_ref(data_ref{static_cast<std::uint32_t>(seg->fd),
+                                         job.id, seg->size, seg->tag});
         {
           std::lock_guard<std::mutex> guard{link->mtx};
           if (link->dead)
             break;
-          link->held.emplace(job.id, seg);
+          link->held.emplace(job.id, std::move(seg));
         }
-        if (!send_frame(encode_ref(data_ref{static_cast<std::uint32_t>(seg->fd),
-                                            job.id, seg->size, seg->tag}))) {
+        // From here the segment lives in `held` (and in items other peers
+        // still queue): the release closes it, and the counters are right
+        // before the peer can answer.
+        job.item.reset();
+        ++counters().shm_sent;
+        ++counters().transfers_sent;
+        if (!send_frame(frame)) {
           why = std::string{"write failed: "} + std::strerror(errno);
           break;
         }
-        ++counters().shm_sent;
-        ++counters().transfers_sent;
         continue;
       }
     }
@@ -580,7 +756,7 @@ void data_plane::run_writer(std::shared_ptr<out_link> link) {
     iov[0].iov_len = hdr.size();
     iov[1].iov_base = const_cast<std::uint8_t*>(bytes.data());
     iov[1].iov_len = bytes.size();
-    if (!write_all(link->fd, iov, bytes.size() > 0 ? 2 : 1)) {
+    if (!write_all(link->fd, link->ssl.get(), iov, bytes.size() > 0 ? 2 : 1)) {
       why = std::string{"write failed: "} + std::strerror(errno);
       break;
     }
@@ -619,20 +795,36 @@ void data_plane::run_reader(std::shared_ptr<in_link> link) {
   std::uint64_t last_id = 0;
   pid_t peer_pid = 0;
   char hdr[data_header_size];
-  if (link->expect_ack) {
-    // The dialer's receiving side: the acceptor's ack comes first; a
-    // refused ticket is a close without one.
-    auto k = read_exactly(link->fd, hdr, data_ack_size);
-    if (k != static_cast<long>(data_ack_size) || !is_ack(hdr, data_ack_size)) {
-      warn_fallback(link->peer, "the peer refused the data ticket");
+  auto ssl = link->ssl.get();
+  if (!link->ack_out.empty() && !write_bytes(link->fd, ssl, link->ack_out)) {
+    ::close(link->fd);
+    caf::anon_send(inbox_, data_down_atom::value, link->peer, link->epoch,
+                   std::string{"failed at the ack"});
+    return;
+  }
+  if (!link->ack_in.empty()) {
+    // The dialer's receiving side: the acceptor's ack comes first and
+    // proves the session; a refused bind is a close without one.
+    char ack[data_ack_size];
+    auto k = read_exactly(link->fd, ssl, ack, data_ack_size);
+    auto got = k == static_cast<long>(data_ack_size)
+      ? decode_ack(ack, data_ack_size)
+      : std::nullopt;
+    if (!got || !same_mac(*got, link->ack_in)) {
+      if (got)
+        count(trust_event::auth_refused);
+      warn_fallback(link->peer,
+                    got ? "the peer did not prove this control session"
+                        : "the peer refused the data connection");
       ::close(link->fd);
       caf::anon_send(inbox_, data_down_atom::value, link->peer, link->epoch,
                      std::string{"refused"});
       return;
     }
+    set_timeout(link->fd, SO_RCVTIMEO, caf::timespan{0});
   }
   for (;;) {
-    auto k = read_exactly(link->fd, hdr, data_header_size);
+    auto k = read_exactly(link->fd, ssl, hdr, data_header_size);
     if (k == 0)
       break;
     if (k < 0) {
@@ -732,9 +924,8 @@ void data_plane::run_reader(std::shared_ptr<in_link> link) {
     while (off < h->size) {
       auto want = static_cast<std::size_t>(
         std::min<std::uint64_t>(read_piece, h->size - off));
-      auto n = ::recv(link->fd, buf.data() + off, want, 0);
-      if (n < 0 && errno == EINTR)
-        continue;
+      auto n = read_some(link->fd, ssl,
+                         reinterpret_cast<char*>(buf.data()) + off, want);
       if (n <= 0) {
         ok = false;
         break;
@@ -779,6 +970,7 @@ void data_plane::drop_peer(std::uint32_t peer) {
       i->second->budget->close();
       in_.erase(i);
     }
+    sessions_.erase(peer);
     failed_.erase(peer);
     warned_.erase(peer);
     probe_ok_.erase(peer);

@@ -38,8 +38,8 @@ std::string encode_bind(const data_bind& x) {
   std::memcpy(out.data(), "DBND", 4);
   out[4] = static_cast<char>(x.direction);
   put32(out.data() + 8, x.node);
-  std::memcpy(out.data() + 12, x.ticket.data(),
-              std::min(x.ticket.size(), data_ticket_size));
+  std::memcpy(out.data() + 12, x.mac.data(),
+              std::min(x.mac.size(), data_mac_size));
   return out;
 }
 
@@ -53,16 +53,21 @@ std::optional<data_bind> decode_bind(const char* data, std::size_t size) {
   data_bind x;
   x.direction = dir;
   x.node = get32(data + 8);
-  x.ticket.assign(data + 12, data_ticket_size);
+  x.mac.assign(data + 12, data_mac_size);
   return x;
 }
 
-std::string encode_ack() {
-  return std::string{"DACK"};
+std::string encode_ack(const std::string& mac) {
+  std::string out(data_ack_size, '\0');
+  std::memcpy(out.data(), "DACK", 4);
+  std::memcpy(out.data() + 4, mac.data(), std::min(mac.size(), data_mac_size));
+  return out;
 }
 
-bool is_ack(const char* data, std::size_t size) {
-  return size == data_ack_size && std::memcmp(data, "DACK", 4) == 0;
+std::optional<std::string> decode_ack(const char* data, std::size_t size) {
+  if (size != data_ack_size || std::memcmp(data, "DACK", 4) != 0)
+    return std::nullopt;
+  return std::string{data + 4, data_mac_size};
 }
 
 std::array<char, data_header_size> encode_header(const data_header& x) {

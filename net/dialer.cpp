@@ -22,8 +22,8 @@ using clock_type = deadline_clock;
 
 caf::expected<int> dial_channel(const std::string& secret,
                                 const std::string& host, std::uint16_t port,
-                                channel ch,
-                                deadline_clock::time_point deadline) {
+                                channel ch, deadline_clock::time_point deadline,
+                                std::string* binding) {
   auto fd = connect_tcp(host, port, deadline);
   if (!fd)
     return fd.error();
@@ -53,6 +53,8 @@ caf::expected<int> dial_channel(const std::string& secret,
   }
   if (auto err = send_all(*fd, hs.take_output(), deadline))
     return fail(std::move(err));
+  if (binding != nullptr)
+    *binding = hs.binding();
   return *fd;
 }
 

@@ -127,7 +127,7 @@ bool listener::advance(pending_conn& c) {
     auto fd = c.fd;
     c.fd = -1;
     log::debug(cfg_.node, "connection from {} passed the preamble", c.peer);
-    fn_(fd, c.hs.chosen(), c.peer);
+    fn_(fd, c.hs.chosen(), c.peer, c.hs.binding());
     return false;
   }
   return true;

@@ -168,6 +168,12 @@ preamble_state preamble_acceptor::on_proof() {
   return state_;
 }
 
+std::string preamble_acceptor::binding() const {
+  if (dialer_hello_.size() < header_size + preamble_nonce_size)
+    return {};
+  return dialer_hello_.substr(header_size, preamble_nonce_size) + nonce_;
+}
+
 std::string preamble_acceptor::take_output() {
   std::string result;
   result.swap(out_);
@@ -230,6 +236,13 @@ preamble_state preamble_dialer::on_hello() {
   out_ += proof;
   state_ = preamble_state::done;
   return state_;
+}
+
+std::string preamble_dialer::binding() const {
+  if (acceptor_hello_.size() < header_size + preamble_nonce_size)
+    return {};
+  return dialer_hello_.substr(header_size, preamble_nonce_size)
+    + acceptor_hello_.substr(header_size, preamble_nonce_size);
 }
 
 std::string preamble_dialer::take_output() {

@@ -1,8 +1,8 @@
 // Nodes whose large snapshots travel on the data plane beside BASP, over
 // real loopback sockets in one process: both directions, order relative to
 // a peer's other messages, the fallback to BASP when the data connection
-// cannot be opened, and TLS (snapshots stay on BASP). Every wait has a
-// deadline.
+// cannot be opened, and TLS (on the data connections too). Every wait has
+// a deadline.
 
 #include "dice/actors/node.hpp"
 #include "dice/log.hpp"
@@ -282,21 +282,33 @@ TEST_F(DataChannel, FallsBackToBaspWhenTheDataConnectionCannotOpen) {
   EXPECT_TRUE(said) << "no warning about the fallback";
 }
 
-TEST_F(DataChannel, UnderTlsSnapshotsStayOnBasp) {
+TEST_F(DataChannel, UnderTlsSnapshotsTravelOnTheDataPlaneWithTls) {
   auto& server = start(0, true, true);
   auto& client = start(1, false, true);
+  ASSERT_TRUE(server.data_plane()->tls() && client.data_plane()->tls());
+  server.data_plane()->set_same_host(false);
+  client.data_plane()->set_same_host(false);
   auto at_server = member(server);
   auto at_client = member(client);
-  connect(client, server);
   auto before = dice::net::data_stats();
+  connect(client, server);
+  ASSERT_TRUE(client.data_plane()->wait_sendable(0, 5s));
+  ASSERT_TRUE(server.data_plane()->wait_sendable(1, 5s));
   auto x = make_snapshot(6'800'000, 1);
   publish(*at_server, server, caf::make_message(std::string{"model"}, x));
   auto got = next(*at_client);
   ASSERT_TRUE(is_snapshot(got));
   EXPECT_TRUE(same_bytes(got.get_as<dice::model_snapshot>(1), x));
+  auto y = make_snapshot(3'000'000, 2, 1);
+  publish(*at_client, client, caf::make_message(std::string{"model"}, y));
+  got = next(*at_server);
+  ASSERT_TRUE(is_snapshot(got));
+  EXPECT_TRUE(same_bytes(got.get_as<dice::model_snapshot>(1), y));
   auto after = dice::net::data_stats();
-  EXPECT_EQ(after.links_opened, before.links_opened);
-  EXPECT_EQ(after.transfers_received, before.transfers_received);
+  EXPECT_EQ(after.links_opened - before.links_opened, 4u);
+  EXPECT_EQ(after.transfers_received - before.transfers_received, 2u);
+  EXPECT_EQ(after.fallbacks, before.fallbacks);
+  EXPECT_EQ(after.refused, before.refused);
 }
 
 } // namespace

@@ -1,16 +1,20 @@
 // The data plane over real loopback sockets, in one process: bytes between
-// two planes bound by a ticket, and an attacker on the data channel (no
-// ticket, someone else's ticket, a replayed ticket, an oversize announce, a
-// transfer cut short or corrupted). Ephemeral ports; every wait has a
-// deadline.
+// two planes bound to a control session (net/data_auth.hpp), with and
+// without TLS, and an attacker on the data channel (a guessed proof,
+// another node's proof, a recorded bind replayed, a session that ended or
+// was replaced, plain TCP or a foreign certificate under TLS, an oversize
+// announce, a transfer cut short or corrupted). Ephemeral ports; every wait
+// has a deadline.
 
 #include "dice/auth.hpp"
 #include "dice/log.hpp"
 #include "dice/messages/snapshot_chunk.hpp"
+#include "dice/net/data_auth.hpp"
 #include "dice/net/data_plane.hpp"
 #include "dice/net/data_wire.hpp"
 #include "dice/net/dialer.hpp"
 #include "dice/net/listener.hpp"
+#include "dice/trust.hpp"
 #include "dice/type_ids.hpp"
 
 #include "caf/actor_system.hpp"
@@ -23,7 +27,10 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <functional>
 #include <memory>
 #include <numeric>
 #include <string>
@@ -33,8 +40,10 @@ namespace {
 
 using namespace std::chrono_literals;
 using dice::net::channel;
+using dice::net::data_offer;
 using dice::net::data_plane;
 using clock_type = dice::net::deadline_clock;
+namespace fs = std::filesystem;
 
 const std::string secret = "0123456789abcdef0123456789abcdef";
 
@@ -58,7 +67,8 @@ struct outcome {
   std::size_t bytes = 0;
 };
 
-outcome wait_closed(int fd, std::chrono::milliseconds within) {
+outcome wait_closed(int fd, std::chrono::milliseconds within,
+                    std::string* got = nullptr) {
   outcome r;
   auto deadline = clock_type::now() + within;
   char buf[4096];
@@ -75,14 +85,53 @@ outcome wait_closed(int fd, std::chrono::milliseconds within) {
       return r;
     }
     r.bytes += static_cast<std::size_t>(k);
+    if (got != nullptr)
+      got->append(buf, static_cast<std::size_t>(k));
   }
   return r;
 }
 
+// The control session's key exchange as the bus does it in the hello:
+// node `attacher` attaches to node 1.
+struct session_keys {
+  std::shared_ptr<data_offer> mine;
+  std::string theirs;
+  std::string key;
+};
+
 class DataPlane : public ::testing::Test {
  protected:
+  static void SetUpTestSuite() {
+    dir_ = new fs::path(fs::temp_directory_path()
+                        / ("dice-dplane-" + std::to_string(::getpid())));
+    auto cmd = std::string{"bash "} + DICE_SOURCE_DIR
+      + "/scripts/make-test-certs " + dir_->string() + " >/dev/null";
+    ASSERT_EQ(std::system(cmd.c_str()), 0);
+  }
+
+  static void TearDownTestSuite() {
+    std::error_code ec;
+    fs::remove_all(*dir_, ec);
+    delete dir_;
+  }
+
+  // The cluster's TLS files; "stranger-": a self-signed pair that trusts
+  // only itself.
+  static dice::tls_files certs(const std::string& prefix = "") {
+    return {
+      (*dir_ / (prefix + "cert.pem")).string(),
+      (*dir_ / (prefix + "key.pem")).string(),
+      (*dir_ / (prefix.empty() ? "ca.pem" : prefix + "cert.pem")).string()};
+  }
+
+  // TLS files of both planes (none: plain TCP).
+  virtual dice::tls_files tls() const {
+    return {};
+  }
+
   void SetUp() override {
     dice::net::data_plane_config c1;
+    c1.tls = tls();
     c1.node = 1;
     c1.secret = secret;
     c1.io_timeout = 5s;
@@ -97,9 +146,10 @@ class DataPlane : public ::testing::Test {
     auto dp = acceptor;
     auto ln = dice::net::listener::open(
       dice::net::listener_config{1, "127.0.0.1", 0, secret},
-      [dp](int fd, channel ch, const std::string& peer) {
+      [dp](int fd, channel ch, const std::string& peer,
+           const std::string& binding) {
         if (ch == channel::data)
-          dp->accept(fd, peer);
+          dp->accept(fd, peer, binding);
         else
           ::close(fd);
       });
@@ -115,11 +165,39 @@ class DataPlane : public ::testing::Test {
     acceptor->stop();
   }
 
-  // Connects as node `node` would, up to the bind frame.
-  int dial_data(const std::string& key = secret) {
+  // Connects on the data channel, up to the bind frame (plain TCP);
+  // `binding` receives the preamble's nonces.
+  int dial_data(const std::string& key = secret,
+                std::string* binding = nullptr) {
     auto fd = dice::net::dial_channel(key, "127.0.0.1", port, channel::data,
-                                      clock_type::now() + 2s);
+                                      clock_type::now() + 2s, binding);
     return fd ? *fd : -1;
+  }
+
+  // The hello between node `attacher` and the acceptor (node 1).
+  session_keys hello(std::uint32_t attacher = 2) {
+    session_keys r;
+    r.mine = data_offer::make();
+    r.theirs = acceptor->accept_session(attacher, r.mine->pub());
+    auto dh = r.mine->agree(r.theirs);
+    if (dh)
+      r.key = dice::net::data_session_key(secret, 1, attacher, r.mine->pub(),
+                                          r.theirs, *dh);
+    return r;
+  }
+
+  // The dialer (node 2) opens both data connections to the acceptor.
+  void connect_planes() {
+    auto h = hello();
+    dialer->dial(1, "127.0.0.1", port, h.mine, h.theirs);
+  }
+
+  // A bind frame as node `node` with session key `key` on a connection
+  // whose preamble nonces are `binding` (plain TCP).
+  static std::string bind(std::uint8_t dir, std::uint32_t node,
+                          const std::string& key, const std::string& binding) {
+    return dice::net::encode_bind(
+      {dir, node, dice::net::data_bind_mac(key, dir, binding, {})});
   }
 
   bool send_bytes(int fd, const std::string& xs) {
@@ -147,11 +225,12 @@ class DataPlane : public ::testing::Test {
   std::shared_ptr<data_plane> dialer;
   std::unique_ptr<dice::net::listener> listener;
   std::uint16_t port = 0;
+  static inline fs::path* dir_ = nullptr;
 };
 
 TEST_F(DataPlane, BytesArriveWholeInBothDirections) {
   auto before = dice::net::data_stats();
-  dialer->dial(1, "127.0.0.1", port, acceptor->issue_ticket(2));
+  connect_planes();
   ASSERT_TRUE(dialer->wait_sendable(1, 5s));
   ASSERT_TRUE(acceptor->wait_sendable(2, 5s));
   auto x = pattern(3 << 20, 7);
@@ -177,7 +256,7 @@ TEST_F(DataPlane, BytesArriveWholeInBothDirections) {
 TEST_F(DataPlane, SameHostBytesGoThroughOneSealedSegment) {
   acceptor->set_same_host(true);
   dialer->set_same_host(true);
-  dialer->dial(1, "127.0.0.1", port, acceptor->issue_ticket(2));
+  connect_planes();
   ASSERT_TRUE(dialer->wait_same_host(1, 5s));
   ASSERT_TRUE(acceptor->wait_same_host(2, 5s));
   auto before = dice::net::data_stats();
@@ -197,58 +276,148 @@ TEST_F(DataPlane, SameHostBytesGoThroughOneSealedSegment) {
   EXPECT_EQ(after.segments_open, 0u);
 }
 
-TEST_F(DataPlane, AStrangerWithoutAValidTicketGetsNothing) {
+TEST_F(DataPlane, AStrangerWithoutAProofOfTheSessionGetsNothing) {
   auto before = dice::net::data_stats();
-  auto issued = acceptor->issue_ticket(2);
-  // 1: knows the secret (passes the preamble), guesses a ticket.
-  // 2: presents node 2's ticket as node 3.
-  // 3: a ticket that was already used for this direction.
-  // 4: a malformed bind.
-  std::vector<std::string> binds{
-    dice::net::encode_bind({dice::net::data_dialer_writes, 2,
-                            dice::random_nonce(dice::net::data_ticket_size)}),
-    dice::net::encode_bind({dice::net::data_dialer_writes, 3, issued}),
-    std::string{},
-    std::string(dice::net::data_bind_size, 'x'),
-  };
+  auto auth_before = dice::counter(dice::trust_event::auth_refused);
+  auto h = hello();
+  ASSERT_EQ(h.key.size(), 32u);
+  // A member of the cluster who saw the hello (both public keys) but not
+  // the X25519 secret of either side.
+  auto seen = dice::net::data_session_key(secret, 1, 2, h.mine->pub(), h.theirs,
+                                          dice::random_nonce(32));
+  // The genuine bind of direction 0, recorded on the wire.
+  std::string recorded;
   {
-    // The genuine use of the ticket that attempt 3 replays.
-    auto fd = dial_data();
+    std::string binding;
+    auto fd = dial_data(secret, &binding);
     ASSERT_GE(fd, 0);
-    ASSERT_TRUE(send_bytes(
-      fd, dice::net::encode_bind({dice::net::data_dialer_writes, 2, issued})));
+    recorded = bind(dice::net::data_dialer_writes, 2, h.key, binding);
+    ASSERT_TRUE(send_bytes(fd, recorded));
     auto ack = dice::net::recv_exactly(fd, dice::net::data_ack_size,
                                        clock_type::now() + 2s);
     ASSERT_TRUE(ack) << caf::to_string(ack.error());
-    binds[2] = dice::net::encode_bind(
-      {dice::net::data_dialer_writes, 2, issued});
     ::close(fd);
   }
-  for (std::size_t i = 0; i < binds.size(); ++i) {
-    auto fd = dial_data();
+  auto flipped = recorded;
+  flipped[4] = static_cast<char>(dice::net::data_acceptor_writes);
+  // Each attempt passes the preamble (it knows the secret), then:
+  std::vector<std::function<std::string(const std::string&)>> attempts{
+    // 1: guesses the proof.
+    [](const std::string&) {
+      return dice::net::encode_bind(
+        {dice::net::data_acceptor_writes, 2, dice::random_nonce(32)});
+    },
+    // 2: node 2's valid proof for this connection, presented as node 3.
+    [&](const std::string& b) {
+      return bind(dice::net::data_acceptor_writes, 3, h.key, b);
+    },
+    // 3: replays the recorded bind (its direction is used up).
+    [&](const std::string&) {
+      return recorded;
+    },
+    // 4: replays it for the direction not yet bound.
+    [&](const std::string&) {
+      return flipped;
+    },
+    // 5: a proof under a key from what the hello showed.
+    [&](const std::string& b) {
+      return bind(dice::net::data_acceptor_writes, 2, seen, b);
+    },
+    // 6: a malformed bind.
+    [](const std::string&) {
+      return std::string(dice::net::data_bind_size, 'x');
+    },
+  };
+  for (std::size_t i = 0; i < attempts.size(); ++i) {
+    std::string binding;
+    auto fd = dial_data(secret, &binding);
     ASSERT_GE(fd, 0);
-    ASSERT_TRUE(send_bytes(fd, binds[i]));
+    ASSERT_TRUE(send_bytes(fd, attempts[i](binding)));
     auto r = wait_closed(fd, 3000ms);
     EXPECT_TRUE(r.closed) << "attempt " << i + 1;
     EXPECT_EQ(r.bytes, 0u) << "attempt " << i + 1;
     ::close(fd);
   }
-  EXPECT_EQ(dice::net::data_stats().refused - before.refused, binds.size());
+  EXPECT_EQ(dice::net::data_stats().refused - before.refused, attempts.size());
+  EXPECT_GE(dice::counter(dice::trust_event::auth_refused) - auth_before,
+            attempts.size() - 1);
   // Without the secret, the preamble already refuses the data channel.
   EXPECT_LT(dial_data("ffffffffffffffffffffffffffffffff"), 0);
+  // None of it burned the session: the genuine peer still binds the other
+  // direction.
+  std::string binding;
+  auto fd = dial_data(secret, &binding);
+  ASSERT_GE(fd, 0);
+  ASSERT_TRUE(
+    send_bytes(fd, bind(dice::net::data_acceptor_writes, 2, h.key, binding)));
+  auto ack = dice::net::recv_exactly(fd, dice::net::data_ack_size,
+                                     clock_type::now() + 2s);
+  ASSERT_TRUE(ack) << caf::to_string(ack.error());
+  ::close(fd);
 }
 
-// An insider of the cluster with a valid ticket (as a broken or hostile
+TEST_F(DataPlane, ASessionBindsNothingOnceItsControlSessionIsGone) {
+  auto before = dice::net::data_stats();
+  auto try_bind = [&](const std::string& key) {
+    std::string binding;
+    auto fd = dial_data(secret, &binding);
+    if (fd < 0)
+      return false;
+    send_bytes(fd, bind(dice::net::data_dialer_writes, 2, key, binding));
+    auto ack = dice::net::recv_exactly(fd, dice::net::data_ack_size,
+                                       clock_type::now() + 2s);
+    ::close(fd);
+    return static_cast<bool>(ack);
+  };
+  // The control session ends (peer lost) before its data connections bind.
+  auto lost = hello();
+  acceptor->drop_peer(2);
+  EXPECT_FALSE(try_bind(lost.key)) << "bound after its session ended";
+  // The peer reconnects (a new hello: a new session); the old session's
+  // key binds nothing, the new one does.
+  auto old = hello();
+  auto fresh = hello();
+  EXPECT_FALSE(try_bind(old.key)) << "an older session of node 2 bound";
+  EXPECT_TRUE(try_bind(fresh.key));
+  EXPECT_EQ(dice::net::data_stats().refused - before.refused, 2u);
+}
+
+TEST_F(DataPlane, TheDialerRefusesAnAcceptorWithoutTheSession) {
+  // Someone who knows the cluster secret answers at the acceptor's address
+  // with an ack it cannot prove: the dialer does not use the connection.
+  auto auth_before = dice::counter(dice::trust_event::auth_refused);
+  auto fake = dice::net::listener::open(
+    dice::net::listener_config{9, "127.0.0.1", 0, secret},
+    [](int fd, channel, const std::string&, const std::string&) {
+      auto b = dice::net::recv_exactly(fd, dice::net::data_bind_size,
+                                       clock_type::now() + 2s);
+      if (b)
+        dice::net::send_all(fd, dice::net::encode_ack(dice::random_nonce(32)),
+                            clock_type::now() + 2s);
+      ::close(fd);
+    });
+  ASSERT_TRUE(fake) << caf::to_string(fake.error());
+  (*fake)->start();
+  auto mine = data_offer::make();
+  auto theirs = data_offer::make();
+  dialer->dial(1, "127.0.0.1", (*fake)->port(), mine, theirs->pub());
+  EXPECT_FALSE(dialer->wait_sendable(1, 5s));
+  EXPECT_GE(dice::counter(dice::trust_event::auth_refused) - auth_before, 1u);
+  (*fake)->stop();
+}
+
+// An insider of the cluster with a valid session (as a broken or hostile
 // peer would have): the acceptor reads what it announces.
 class DataPlaneFrames : public DataPlane {
  protected:
   int bound_writer() {
-    auto fd = dial_data();
+    std::string binding;
+    auto fd = dial_data(secret, &binding);
     if (fd < 0)
       return -1;
-    auto bind = dice::net::encode_bind(
-      {dice::net::data_dialer_writes, 2, acceptor->issue_ticket(2)});
-    auto ack = send_bytes(fd, bind)
+    auto h = hello();
+    auto ack = send_bytes(
+                 fd, bind(dice::net::data_dialer_writes, 2, h.key, binding))
       ? dice::net::recv_exactly(fd, dice::net::data_ack_size,
                                 clock_type::now() + 2s)
       : caf::expected<std::string>{caf::error{}};
@@ -309,7 +478,7 @@ TEST_F(DataPlaneFrames, ATornTransferIsDroppedWhole) {
 }
 
 TEST_F(DataPlane, ClaimsFailWhenThePeerIsLost) {
-  dialer->dial(1, "127.0.0.1", port, acceptor->issue_ticket(2));
+  connect_planes();
   ASSERT_TRUE(dialer->wait_sendable(1, 5s));
   ASSERT_TRUE(acceptor->wait_sendable(2, 5s));
   // The claim for a transfer that will never come waits, then fails when
@@ -327,6 +496,84 @@ TEST_F(DataPlane, ClaimsFailWhenThePeerIsLost) {
                 });
   EXPECT_TRUE(failed);
   EXPECT_LT(clock_type::now() - t0, 4s);
+}
+
+// Both planes with the node's TLS files: data connections run TLS.
+class DataPlaneTls : public DataPlane {
+ protected:
+  dice::tls_files tls() const override {
+    return certs();
+  }
+
+  // A third plane, node 3, with `files`, that has a session with node 1.
+  std::shared_ptr<data_plane> other(dice::tls_files files) {
+    dice::net::data_plane_config c;
+    c.node = 3;
+    c.secret = secret;
+    c.tls = std::move(files);
+    c.same_host = false;
+    auto dp = data_plane::make(sys, c);
+    auto h = hello(3);
+    dp->dial(1, "127.0.0.1", port, h.mine, h.theirs);
+    return dp;
+  }
+};
+
+TEST_F(DataPlaneTls, BytesArriveWholeOverTls) {
+  ASSERT_TRUE(acceptor->tls() && dialer->tls());
+  auto before = dice::net::data_stats();
+  connect_planes();
+  ASSERT_TRUE(dialer->wait_sendable(1, 5s));
+  ASSERT_TRUE(acceptor->wait_sendable(2, 5s));
+  auto x = pattern(3 << 20, 7);
+  auto y = pattern(1 << 20, 9);
+  auto id_x = dialer->send(1, std::make_shared<dice::net::data_item>(x));
+  auto id_y = acceptor->send(2, std::make_shared<dice::net::data_item>(y));
+  ASSERT_TRUE(id_x && id_y);
+  auto got_x = take(*acceptor, 2, *id_x);
+  auto got_y = take(*dialer, 1, *id_y);
+  ASSERT_TRUE(got_x) << caf::to_string(got_x.error());
+  ASSERT_TRUE(got_y) << caf::to_string(got_y.error());
+  ASSERT_EQ(got_x->size(), x.size());
+  EXPECT_EQ(std::memcmp(got_x->data(), x.data(), x.size()), 0);
+  ASSERT_EQ(got_y->size(), y.size());
+  EXPECT_EQ(std::memcmp(got_y->data(), y.data(), y.size()), 0);
+  auto after = dice::net::data_stats();
+  EXPECT_EQ(after.refused, before.refused);
+  EXPECT_EQ(after.torn, before.torn);
+}
+
+TEST_F(DataPlaneTls, PlainTcpOnTheDataChannelGetsNothing) {
+  auto before = dice::net::data_stats();
+  auto h = hello();
+  // A valid proof of the session, but in the clear: the acceptor expects
+  // a TLS handshake and never reads it as a bind.
+  std::string binding;
+  auto fd = dial_data(secret, &binding);
+  ASSERT_GE(fd, 0);
+  ASSERT_TRUE(
+    send_bytes(fd, bind(dice::net::data_dialer_writes, 2, h.key, binding)));
+  std::string got;
+  auto r = wait_closed(fd, 3000ms, &got);
+  EXPECT_TRUE(r.closed);
+  EXPECT_EQ(got.find("DACK"), std::string::npos);
+  ::close(fd);
+  // A plane without TLS files dials as the real code would.
+  auto plain = other({});
+  EXPECT_FALSE(plain->wait_sendable(1, 5s));
+  plain->stop();
+  EXPECT_EQ(dice::net::data_stats().refused - before.refused, 3u);
+}
+
+TEST_F(DataPlaneTls, AForeignCertificateGetsNothing) {
+  auto before = dice::net::data_stats();
+  // A certificate the cluster's CA did not sign.
+  auto stranger = other(certs("stranger-"));
+  ASSERT_TRUE(stranger->tls());
+  EXPECT_FALSE(stranger->wait_sendable(1, 5s));
+  stranger->stop();
+  EXPECT_GE(dice::net::data_stats().refused - before.refused, 1u);
+  EXPECT_EQ(dice::net::data_stats().links_opened, before.links_opened);
 }
 
 } // namespace

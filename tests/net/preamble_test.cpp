@@ -61,6 +61,28 @@ TEST(Preamble, SameSecretCompletesInThreeFixedSizeMessages) {
   EXPECT_EQ(r.a1.substr(0, 4), "DICE");
 }
 
+TEST(Preamble, BothSidesSeeTheSameFreshBindingOfBothNonces) {
+  // The data plane's proofs cover it (net/data_auth.hpp): it must match on
+  // both sides and differ on every connection.
+  auto bind = [] {
+    preamble_dialer d{secret_1, nonce(), channel::data};
+    preamble_acceptor a{secret_1, nonce()};
+    auto d1 = d.take_output();
+    a.feed(d1.data(), d1.size());
+    auto a1 = a.take_output();
+    d.feed(a1.data(), a1.size());
+    auto d2 = d.take_output();
+    a.feed(d2.data(), d2.size());
+    EXPECT_EQ(a.state(), preamble_state::done);
+    EXPECT_EQ(d.binding(), a.binding());
+    EXPECT_EQ(d.binding(), d1.substr(8, 32) + a1.substr(8, 32));
+    return a.binding();
+  };
+  auto x = bind();
+  EXPECT_EQ(x.size(), 2 * preamble_nonce_size);
+  EXPECT_NE(x, bind());
+}
+
 TEST(Preamble, NoSecretOnEitherSideCompletes) {
   auto r = run("", "");
   EXPECT_EQ(r.dialer, preamble_state::done);

@@ -18,8 +18,10 @@ namespace dice {
 /// backlog (it follows as ordinary, chunked forwards just before the
 /// answer); a node id that is still connected is answered `retry_later`.
 /// 5: the data plane (a `data` field in the hello, channel 2 on the port,
-/// snapshot references on BASP; net/data_plane.hpp).
-inline constexpr std::uint32_t bus_protocol_version = 5;
+/// snapshot references on BASP; net/data_plane.hpp). 6: the hello's `data`
+/// is an X25519 key exchange, data connections prove the control session
+/// (net/data_auth.hpp) and run TLS when TLS is on.
+inline constexpr std::uint32_t bus_protocol_version = 6;
 
 /// The handshake between two nodes: who the node is, what it listens to,
 /// and whether its run is over.
@@ -39,9 +41,10 @@ struct peer_hello {
   /// With a cluster secret: the attacher's answer to the acceptor's
   /// challenge (see dice/auth.hpp); empty otherwise.
   std::string proof;
-  /// The data plane: in the attacher's hello non-empty if it can open data
-  /// connections; in the acceptor's answer the ticket for them (empty: none,
-  /// snapshots stay on BASP).
+  /// The data plane: in the attacher's hello its ephemeral X25519 public
+  /// key if it can open data connections; in the acceptor's answer the
+  /// acceptor's (empty: none, snapshots stay on BASP). See
+  /// net/data_auth.hpp.
   std::string data;
 };
 

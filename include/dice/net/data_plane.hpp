@@ -6,31 +6,38 @@
 // thread (docs/storage.md has the profile). BASP keeps everything else.
 //
 // Setup rides on the bus handshake, nothing to configure: the attacher's
-// hello says it can open data connections; the acceptor answers with a
-// ticket (32 random bytes, bound to the attacher's node id and to this
-// control session, single use per direction, expiring). The attacher then
+// hello carries an ephemeral X25519 public key, the acceptor answers with
+// its own, and both derive a session key K from the cluster secret, both
+// node ids and the key exchange (net/data_auth.hpp). The attacher then
 // dials the acceptor's one port twice on `channel::data` (the preamble's
-// HMAC proves the cluster secret) and presents the ticket, once to send and
-// once to receive: each connection carries bytes one way only, so each has
-// one reader or one writer thread. Wire after the preamble
-// (net/data_wire.hpp): the dialer's bind frame, the acceptor's ack, then
-// transfer frames (header + body, written with writev, read straight into
-// the destination buffer).
+// HMAC proves the cluster secret), starts TLS when the node's TLS is on
+// (the control connection's certificate, key and CA; net/data_tls.hpp), and
+// proves K over the connection's fresh preamble nonces (and TLS exporter),
+// once to send and once to receive; the acceptor answers with its own proof.
+// Each connection carries bytes one way only, so each has one reader or one
+// writer thread. Wire after the preamble (and TLS handshake;
+// net/data_wire.hpp): the dialer's bind frame, the acceptor's ack, then
+// transfer frames (header + body, written with writev, or SSL_write under
+// TLS, read straight into the destination buffer).
 //
 // A snapshot sent this way is followed on BASP by a small reference (topic,
 // sender, transfer id, the snapshot without its bytes); the receiving bus
 // claims the bytes from `inbox()` in BASP order, so snapshots keep their
 // order relative to everything else a peer sends (finish, done).
 //
-// Limits: a stranger without a valid ticket gets nothing (the connection is
-// closed without a byte written); an announced transfer above
-// `max_transfer_bytes` closes the connection; bytes received but not yet
+// Limits: a stranger without a valid proof of the control session gets
+// nothing (the connection is closed without a byte written after the
+// preamble or TLS handshake); a session binds once per direction, within
+// 30 s, and is revoked when its control session ends; an announced transfer
+// above `max_transfer_bytes` closes the connection; bytes received but not yet
 // claimed are bounded per peer (`max_peer_bytes`: the reader stops reading,
 // and TCP pushes back on the sender); a transfer cut short or with a wrong
 // checksum is dropped whole, never delivered. When no data connection is up
 // the bus falls back to BASP chunks, with a warning and a counter.
 
+#include "dice/auth.hpp"
 #include "dice/messages/shared_bytes.hpp"
+#include "dice/net/data_auth.hpp"
 
 #include "caf/actor.hpp"
 #include "caf/actor_system.hpp"
@@ -51,7 +58,17 @@
 #include <thread>
 #include <vector>
 
+struct ssl_st; // OpenSSL's SSL
+
 namespace dice::net {
+
+/// Frees an OpenSSL SSL object.
+struct ssl_free_fn {
+  void operator()(ssl_st* x) const noexcept;
+};
+
+/// A data connection's TLS state (null: plain TCP).
+using ssl_ptr = std::unique_ptr<ssl_st, ssl_free_fn>;
 
 /// Asks a data plane's inbox for the bytes of `(peer node, transfer)`;
 /// answered with `shared_bytes` once they arrived, or an error.
@@ -63,9 +80,9 @@ struct data_plane_config {
   std::uint32_t node = 0;
   /// Cluster secret for the preamble (empty: none).
   std::string secret;
-  /// TLS is on: bulk bytes then stay on BASP (TLS on the data connection is
-  /// not implemented yet; see docs/distributed.md).
-  bool tls = false;
+  /// The node's TLS files: when set, every data connection runs TLS with
+  /// them (as the control connection does).
+  tls_files tls;
   /// Deadline to open one data connection (connect, preamble, bind).
   caf::timespan connect_timeout = std::chrono::seconds{2};
   /// A write blocked this long fails the connection; a reference whose
@@ -92,7 +109,8 @@ struct data_counters {
   std::uint64_t transfers_received = 0;
   /// Snapshots that went over BASP although a data plane was on.
   std::uint64_t fallbacks = 0;
-  /// Data connections refused (no or bad ticket, malformed bind).
+  /// Data connections refused (no session, bad proof, malformed bind,
+  /// failed TLS handshake).
   std::uint64_t refused = 0;
   /// Transfers dropped: cut short, bad checksum, malformed frame.
   std::uint64_t torn = 0;
@@ -113,6 +131,7 @@ data_counters data_stats() noexcept;
 
 struct shm_segment;
 struct shm_probe;
+class data_tls;
 
 /// Bytes queued for one or more peers; the checksum (or, for same-host
 /// peers, the shared-memory segment) is made once, by the first writer that
@@ -157,9 +176,15 @@ class data_plane {
   /// Stops every connection and thread.
   ~data_plane();
 
-  /// False under TLS: the bus then never offers or dials data connections.
+  /// False only when TLS is asked for and its context cannot be built: the
+  /// bus then never offers or dials data connections.
   bool enabled() const noexcept {
-    return !cfg_.tls;
+    return enabled_;
+  }
+
+  /// True if data connections run TLS.
+  bool tls() const noexcept {
+    return tls_ != nullptr;
   }
 
   /// Settings.
@@ -172,18 +197,22 @@ class data_plane {
     return inbox_;
   }
 
-  /// Acceptor side: a ticket for `peer`'s two data connections.
-  std::string issue_ticket(std::uint32_t peer);
+  /// Acceptor side, in the control session's hello: takes the attacher's
+  /// public key `their_pub` and answers with this side's (empty if
+  /// `their_pub` is malformed: no data plane for this session). Replaces
+  /// any earlier session of `peer`.
+  std::string accept_session(std::uint32_t peer, const std::string& their_pub);
 
   /// Attacher side: opens both data connections to `peer` at `host`:`port`
-  /// in the background; a failure is logged as a warning and counted, and
-  /// the peer's snapshots stay on BASP.
+  /// in the background, proving the session of `mine` and `their_pub`; a
+  /// failure is logged as a warning and counted, and the peer's snapshots
+  /// stay on BASP.
   void dial(std::uint32_t peer, std::string host, std::uint16_t port,
-            std::string ticket);
+            std::shared_ptr<const data_offer> mine, std::string their_pub);
 
   /// The listener's hand-over of a connection on `channel::data` (takes
-  /// `fd`; never blocks the caller).
-  void accept(int fd, std::string where);
+  /// `fd`; never blocks the caller). `binding`: its preamble nonces.
+  void accept(int fd, std::string where, std::string binding);
 
   /// Queues `item` for `peer`; its transfer id, or nullopt when no data
   /// connection to `peer` is up (the caller sends over BASP and calls
@@ -215,26 +244,27 @@ class data_plane {
   /// Waits up to `timeout` until `can_send(peer)` or opening it failed.
   bool wait_sendable(std::uint32_t peer, caf::timespan timeout) const;
 
-  /// The peer is lost: closes its connections, drops what it sent and
-  /// fails the bus's open claims.
+  /// The peer is lost: revokes its session, closes its connections, drops
+  /// what it sent and fails the bus's open claims.
   void drop_peer(std::uint32_t peer);
 
   /// Closes everything and joins every thread (idempotent).
   void stop();
 
  private:
-  struct ticket;
+  struct session;
   struct out_link;
   struct in_link;
 
   data_plane(caf::actor_system& sys, data_plane_config cfg);
 
   void spawn_thread(std::function<void()> fn);
-  void bind_accepted(int fd, std::string where);
-  void dial_one(std::uint32_t peer, const std::string& host, std::uint16_t port,
-                const std::string& ticket, std::uint8_t direction);
-  void add_out(std::uint32_t peer, int fd);
-  void add_in(std::uint32_t peer, int fd, bool expect_ack);
+  void bind_accepted(int fd, std::string where, std::string binding);
+  bool dial_one(std::uint32_t peer, const std::string& host, std::uint16_t port,
+                const std::string& key, std::uint8_t direction);
+  void add_out(std::uint32_t peer, int fd, ssl_ptr ssl);
+  void add_in(std::uint32_t peer, int fd, ssl_ptr ssl, std::string ack_out,
+              std::string ack_in);
   void run_writer(std::shared_ptr<out_link> link);
   void run_reader(std::shared_ptr<in_link> link);
   void warn_fallback(std::uint32_t peer, const std::string& why);
@@ -243,13 +273,15 @@ class data_plane {
   void on_release(std::uint32_t peer, std::uint64_t id);
 
   data_plane_config cfg_;
+  bool enabled_ = true;
+  std::shared_ptr<data_tls> tls_;
   caf::actor inbox_;
   mutable std::mutex mtx_;
   mutable std::condition_variable changed_;
   bool stopping_ = false;
   std::uint64_t next_transfer_ = 0;
   std::uint64_t next_epoch_ = 0;
-  std::map<std::string, std::shared_ptr<ticket>> tickets_;
+  std::map<std::uint32_t, std::shared_ptr<session>> sessions_;
   std::map<std::uint32_t, std::shared_ptr<out_link>> out_;
   std::map<std::uint32_t, std::shared_ptr<in_link>> in_;
   std::map<std::uint32_t, std::string> failed_;

@@ -3,8 +3,8 @@
 // Frames of a data connection after the preamble (net/data_plane.hpp).
 // Integers big-endian, reserved bytes 0.
 //
-//   bind      44 B  "DBND" direction 0 0 0  node[4]  ticket[32]   dialer
-//   ack        4 B  "DACK"                                         acceptor
+//   bind      44 B  "DBND" direction 0 0 0  node[4]  mac_d[32]    dialer
+//   ack       36 B  "DACK" mac_a[32]                               acceptor
 //   transfer  32 B  "DXFR" 0 0 0 0  id[8]  size[8]  checksum[8]    writer
 //             then `size` bytes
 //   probe     32 B  "DPRB" 0 0 0 0  pid[4]  fd[4]  token[16]     writer
@@ -19,8 +19,9 @@
 // each reference is answered with a release once read.
 //
 // direction 0: the dialer writes transfers, the acceptor reads them;
-// direction 1: the other way round. A bad bind is answered by closing
-// (no ack, no byte at all).
+// direction 1: the other way round. mac_d and mac_a prove the control
+// session (net/data_auth.hpp). A bad bind is answered by closing (no ack,
+// no byte at all); a bad ack makes the dialer close.
 
 #include <array>
 #include <cstdint>
@@ -29,12 +30,12 @@
 
 namespace dice::net {
 
-/// Length of a data ticket.
-inline constexpr std::size_t data_ticket_size = 32;
+/// Length of the MACs in the bind and the ack.
+inline constexpr std::size_t data_mac_size = 32;
 
 /// Sizes of the frames.
 inline constexpr std::size_t data_bind_size = 44;
-inline constexpr std::size_t data_ack_size = 4;
+inline constexpr std::size_t data_ack_size = 36;
 inline constexpr std::size_t data_header_size = 32;
 
 /// Direction byte of a bind: who writes transfers on the connection.
@@ -47,21 +48,21 @@ struct data_bind {
   std::uint8_t direction = 0;
   /// The dialer's node id.
   std::uint32_t node = 0;
-  /// The ticket the acceptor issued.
-  std::string ticket;
+  /// The dialer's proof (net/data_auth.hpp).
+  std::string mac;
 };
 
-/// Encodes a bind frame (`ticket` must be `data_ticket_size` bytes).
+/// Encodes a bind frame (`mac` must be `data_mac_size` bytes).
 std::string encode_bind(const data_bind& x);
 
 /// Decodes a bind frame; nullopt if malformed.
 std::optional<data_bind> decode_bind(const char* data, std::size_t size);
 
-/// The acceptor's ack.
-std::string encode_ack();
+/// The acceptor's ack carrying its proof `mac` (`data_mac_size` bytes).
+std::string encode_ack(const std::string& mac);
 
-/// True for a well-formed ack.
-bool is_ack(const char* data, std::size_t size);
+/// The proof in an ack; nullopt if malformed.
+std::optional<std::string> decode_ack(const char* data, std::size_t size);
 
 /// A decoded transfer header.
 struct data_header {

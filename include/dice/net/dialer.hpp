@@ -29,11 +29,12 @@ struct dialer_config {
 /// Connects to `host`:`port` and runs dice's preamble for channel `ch`
 /// before `deadline`; the (non-blocking) socket is left at the channel's
 /// first byte. Failures of the secret are counted
-/// (`trust_event::auth_refused`).
+/// (`trust_event::auth_refused`). `binding`, if given, receives the
+/// preamble's nonces (preamble_dialer::binding).
 caf::expected<int> dial_channel(const std::string& secret,
                                 const std::string& host, std::uint16_t port,
-                                channel ch,
-                                deadline_clock::time_point deadline);
+                                channel ch, deadline_clock::time_point deadline,
+                                std::string* binding = nullptr);
 
 /// Spawns a node's dialer: it answers `(connect_atom, host, port)` like
 /// CAF's middleman actor does, with `(node_id, strong_actor_ptr,

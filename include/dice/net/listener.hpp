@@ -34,9 +34,10 @@ struct listener_config {
 };
 
 /// Receives a socket that finished the preamble: the listener no longer
-/// owns `fd`. `peer` is the remote address, for logs.
-using handover_fn = std::function<void(int fd, channel ch,
-                                       const std::string& peer)>;
+/// owns `fd`. `peer` is the remote address, for logs; `binding` the
+/// preamble's nonces (preamble_acceptor::binding).
+using handover_fn = std::function<void(
+  int fd, channel ch, const std::string& peer, const std::string& binding)>;
 
 /// A node's listening socket and the thread that runs the preamble on every
 /// accepted connection (poll, non-blocking, no blocking call but the hand-

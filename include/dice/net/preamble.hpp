@@ -55,7 +55,7 @@ enum class channel : std::uint8_t {
   /// CAF's BASP: the buses' messages.
   control = 1,
   /// Bulk bytes between two connected buses (net/data_plane.hpp), bound to
-  /// their control session by a ticket.
+  /// their control session by a MAC (net/data_auth.hpp).
   data = 2,
 };
 
@@ -130,6 +130,10 @@ class preamble_acceptor {
     return channel_;
   }
 
+  /// Both nonces, the dialer's first (valid once done): fresh on both sides,
+  /// so a channel can bind its own proofs to this one connection.
+  std::string binding() const;
+
  private:
   preamble_state fail(preamble_error why);
   preamble_state on_hello();
@@ -172,6 +176,9 @@ class preamble_dialer {
   preamble_error error() const noexcept {
     return error_;
   }
+
+  /// Both nonces, the dialer's first (valid once done; see the acceptor's).
+  std::string binding() const;
 
  private:
   preamble_state fail(preamble_error why);
