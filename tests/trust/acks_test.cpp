@@ -7,8 +7,7 @@
 #include "dice/messages/context_delta.hpp"
 #include "dice/trust.hpp"
 
-#include "support/deterministic.hpp"
-#include "support/probes.hpp"
+#include "support/exchange_fixture.hpp"
 
 #include <chrono>
 
@@ -17,53 +16,8 @@ using namespace dice;
 
 namespace {
 
-class AcksTest : public dice::test::deterministic {
+class AcksTest : public dice::test::exchange_fixture {
  protected:
-  // A collector that never waits for the learner's context (only its
-  // window paces it) and produces `items` per iteration.
-  pipeline collector_pipe(std::uint32_t node, std::int64_t items,
-                          context_exchanger_options opts) {
-    opts.skip_n_iter = 1'000'000;
-    pipeline p;
-    p.use(dice::test::collect_integers(node, items, {items - 1}))
-      .use(context_exchanger(std::move(opts)));
-    return p;
-  }
-
-  pipeline learner_pipe(caf::timespan per_iteration,
-                        context_exchanger_options opts) {
-    pipeline p;
-    p.use(dice::test::busy_for(per_iteration))
-      .use(context_exchanger(std::move(opts)));
-    return p;
-  }
-
-  // spawn_role with a chosen epoch (a restarted node has a new one).
-  role_actor spawn_incarnation(const bus_actor& b, std::uint32_t node,
-                               std::uint64_t epoch, pipeline pipe,
-                               std::int64_t max_step) {
-    role_config rc;
-    rc.node = node;
-    rc.roles = {role::collector};
-    rc.bus = b;
-    rc.max_step = max_step;
-    rc.wait_for_start = true;
-    rc.epoch = epoch;
-    rc.report_to = caf::actor_cast<caf::actor>(sink);
-    auto result = sys.spawn(role_runner, std::move(rc), std::move(pipe));
-    spawned.push_back(caf::actor_cast<caf::actor>(result));
-    return result;
-  }
-
-  // reports() drains the sink, so keep what it returned across calls.
-  std::size_t stopped() {
-    for (auto& kvp : reports())
-      got_[kvp.first] = kvp.second;
-    return got_.size();
-  }
-
-  std::map<std::uint32_t, node_report> got_;
-
   static std::shared_ptr<context_exchange_stats> make_stats() {
     return std::make_shared<context_exchange_stats>();
   }

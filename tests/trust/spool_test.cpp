@@ -10,9 +10,8 @@
 
 #include "caf/event_based_actor.hpp"
 
-#include "support/deterministic.hpp"
+#include "support/exchange_fixture.hpp"
 #include "support/files.hpp"
-#include "support/probes.hpp"
 
 #include <chrono>
 #include <filesystem>
@@ -22,47 +21,8 @@ using namespace dice;
 
 namespace {
 
-class SpoolTest : public dice::test::deterministic {
+class SpoolTest : public dice::test::exchange_fixture {
  protected:
-  pipeline collector_pipe(std::uint32_t node, std::int64_t items,
-                          context_exchanger_options opts) {
-    opts.skip_n_iter = 1'000'000;
-    pipeline p;
-    p.use(dice::test::collect_integers(node, items, {items - 1}))
-      .use(context_exchanger(std::move(opts)));
-    return p;
-  }
-
-  pipeline learner_pipe(caf::timespan per_iteration,
-                        context_exchanger_options opts) {
-    pipeline p;
-    p.use(dice::test::busy_for(per_iteration))
-      .use(context_exchanger(std::move(opts)));
-    return p;
-  }
-
-  role_actor spawn_incarnation(const bus_actor& b, std::uint32_t node,
-                               std::uint64_t epoch, pipeline pipe,
-                               std::int64_t max_step) {
-    role_config rc;
-    rc.node = node;
-    rc.roles = {role::collector};
-    rc.bus = b;
-    rc.max_step = max_step;
-    rc.wait_for_start = true;
-    rc.epoch = epoch;
-    rc.report_to = caf::actor_cast<caf::actor>(sink);
-    auto result = sys.spawn(role_runner, std::move(rc), std::move(pipe));
-    spawned.push_back(caf::actor_cast<caf::actor>(result));
-    return result;
-  }
-
-  std::size_t stopped() {
-    for (auto& kvp : reports())
-      got_[kvp.first] = kvp.second;
-    return got_.size();
-  }
-
   context_exchanger_options collector_opts(std::string dir) {
     context_exchanger_options opts;
     opts.max_in_flight = 3;
@@ -78,8 +38,6 @@ class SpoolTest : public dice::test::deterministic {
       ++n;
     return n;
   }
-
-  std::map<std::uint32_t, node_report> got_;
 };
 
 // Before the spool (spool_dir "-"): the learner got 6 of the 15 steps.
