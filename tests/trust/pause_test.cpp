@@ -13,7 +13,6 @@
 #include <iostream>
 #include <regex>
 #include <string>
-#include <thread>
 #include <vector>
 
 namespace {
@@ -75,8 +74,10 @@ double pause_and_resume(child_process& victim, child_process& watcher,
   auto at = collector.latest();
   victim.kill(SIGSTOP);
   auto noticed = watcher.wait_for(std::regex{lost}, 10s);
-  // The fault's length (not a wait for a result): frozen past the timeout.
-  std::this_thread::sleep_for(extra);
+  // The fault's length (not a wait for a result): frozen past the timeout,
+  // reading the watcher's output meanwhile so that its pipe never fills.
+  static const std::regex never{"(?!)"};
+  watcher.wait_for(never, extra);
   victim.kill(SIGCONT);
   if (!noticed)
     return -2;
