@@ -30,6 +30,7 @@
 #include "caf/actor_system.hpp"
 #include "caf/actor_system_config.hpp"
 
+#include "evals.hpp"
 #include "options.hpp"
 
 #include <cstdio>
@@ -143,19 +144,8 @@ int caf_main(caf::actor_system& sys, const config& cfg) {
   }
   dqn::set_threads(static_cast<int>(cfg.threads));
   if (!cfg.eval_only.empty()) {
-    auto returns = dqn::run_eval_only(cfg.eval_only, opts, opts.eval_episodes);
-    if (!returns) {
-      std::cerr << dice::render(returns.error()) << '\n';
-      return 1;
-    }
-    double sum = 0;
-    for (std::size_t i = 0; i < returns->size(); ++i) {
-      std::cout << "episode " << i << ": return " << (*returns)[i] << '\n';
-      sum += (*returns)[i];
-    }
-    std::cout << "mean return over " << returns->size()
-              << " episodes: " << sum / returns->size() << '\n';
-    return 0;
+    return demo::print_eval_only(
+      dqn::run_eval_only(cfg.eval_only, opts, opts.eval_episodes));
   }
   auto ncfg = dice::make_node_config(cfg);
   if (!ncfg) {

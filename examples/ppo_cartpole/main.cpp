@@ -28,6 +28,7 @@
 #include "caf/actor_system.hpp"
 #include "caf/actor_system_config.hpp"
 
+#include "evals.hpp"
 #include "loop.hpp"
 #include "options.hpp"
 
@@ -154,19 +155,7 @@ int caf_main(caf::actor_system& sys, const config& cfg) {
   if (cfg.plain)
     return run_plain(cfg, opts);
   if (!cfg.eval_only.empty()) {
-    auto returns = ppo::run_eval_only(cfg.eval_only, opts);
-    if (!returns) {
-      std::cerr << dice::render(returns.error()) << '\n';
-      return 1;
-    }
-    double sum = 0;
-    for (std::size_t i = 0; i < returns->size(); ++i) {
-      std::cout << "episode " << i << ": return " << (*returns)[i] << '\n';
-      sum += (*returns)[i];
-    }
-    std::cout << "mean return over " << returns->size()
-              << " episodes: " << sum / returns->size() << '\n';
-    return 0;
+    return demo::print_eval_only(ppo::run_eval_only(cfg.eval_only, opts));
   }
   auto ncfg = dice::make_node_config(cfg);
   if (!ncfg) {

@@ -8,6 +8,8 @@
 #include "dice/torch/checkpoint.hpp"
 #include "dice/torch/model.hpp"
 
+#include "evals.hpp"
+
 #include <deque>
 #include <sstream>
 
@@ -73,14 +75,7 @@ dice::middleware collect_step(std::shared_ptr<shared_run> run, actor_critic net,
     auto now = clock_type::now();
     if (now - st->last_metrics >= std::chrono::seconds{1}) {
       st->last_metrics = now;
-      double mean = std::numeric_limits<double>::quiet_NaN();
-      if (!st->recent_returns.empty()) {
-        mean = 0;
-        for (auto r : st->recent_returns)
-          mean += r;
-        mean /= static_cast<double>(st->recent_returns.size());
-      }
-      st->recent_returns.clear();
+      auto mean = demo::take_mean(st->recent_returns);
       st->run->write_metrics(st->node, "collector",
                              {{"env_step", ctx.env_step},
                               {"env_episode", ctx.env_episode},
@@ -325,31 +320,12 @@ dice::middleware eval_step(std::shared_ptr<shared_run> run, actor_critic net,
                        {"eval_return_mean", pt.mean},
                        {"eval_return_min", pt.min},
                        {"eval_return_max", pt.max}});
-    dice::log::write(
-      best || solved ? dice::log::level::info : dice::log::level::debug,
-      st->node,
-      "eval at train_iter " + std::to_string(pt.train_iter) + ", env_step "
-        + std::to_string(pt.env_step) + ": return " + fixed(pt.mean) + " (min "
-        + fixed(pt.min, 0) + ", max " + fixed(pt.max, 0) + ")"
-        + (best ? " new best" : ""));
-    if (best) {
-      try {
-        save_checkpoint(st->net, demo::path_in(run.opts.out, "best.pt"));
-        demo::write_json(demo::path_in(run.opts.out, "best.json"),
-                         {{"eval_return", pt.mean},
-                          {"env_step", pt.env_step},
-                          {"train_iter", pt.train_iter}});
-      } catch (const std::exception& e) {
-        dice::log::error(st->node,
-                         std::string{"cannot write best.pt: "} + e.what());
-      }
-    }
-    if (solved && !st->svc->finished()) {
-      dice::log::info(st->node,
-                      "stop value " + fixed(run.opts.stop_value)
-                        + " reached after " + fixed(pt.seconds, 2) + " s");
-      st->svc->request_finish("stop_value");
-    }
+    demo::report_eval(st->node, pt, best, solved, run.opts.out,
+                      [&](const std::string& path) {
+                        save_checkpoint(st->net, path);
+                      });
+    demo::stop_when_solved(*st->svc, st->node, solved, run.opts.stop_value,
+                           pt.seconds);
     return dice::proceed;
   };
   return m;
