@@ -1,6 +1,7 @@
 #include "dice/messages/context_spool.hpp"
 
 #include "dice/errc.hpp"
+#include "dice/fd_io.hpp"
 #include "dice/log.hpp"
 #include "dice/messages/snapshot_chunk.hpp"
 
@@ -108,31 +109,14 @@ std::optional<spool_name> parse_name(const std::string& name) {
 
 caf::error write_all(int fd, const char* p, std::size_t n,
                      const std::string& path) {
-  while (n > 0) {
-    auto k = ::write(fd, p, n);
-    if (k < 0) {
-      if (errno == EINTR)
-        continue;
-      return make_error(errc::storage_failed, sys_error("write " + path));
-    }
-    p += k;
-    n -= static_cast<std::size_t>(k);
-  }
+  if (!dice::write_all(fd, p, n))
+    return make_error(errc::storage_failed, sys_error("write " + path));
   return caf::none;
 }
 
 // Reads exactly n bytes at pos; false at end of file or on error.
 bool read_exact(int fd, std::uint64_t pos, char* out, std::size_t n) {
-  std::size_t done = 0;
-  while (done < n) {
-    auto k = ::pread(fd, out + done, n - done, static_cast<off_t>(pos + done));
-    if (k < 0 && errno == EINTR)
-      continue;
-    if (k <= 0)
-      return false;
-    done += static_cast<std::size_t>(k);
-  }
-  return true;
+  return pread_all(fd, out, n, static_cast<off_t>(pos));
 }
 
 std::vector<char> file_header(std::uint32_t node, std::uint64_t epoch) {

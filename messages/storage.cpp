@@ -1,6 +1,7 @@
 #include "dice/messages/storage.hpp"
 
 #include "dice/errc.hpp"
+#include "dice/fd_io.hpp"
 #include "dice/messages/snapshot_chunk.hpp"
 #include "dice/trust.hpp"
 
@@ -58,20 +59,6 @@ std::string unique_name(const storage_options& opts, const char* suffix) {
   return buf;
 }
 
-caf::error write_all(int fd, const std::uint8_t* p, std::size_t n) {
-  while (n > 0) {
-    auto k = ::write(fd, p, n);
-    if (k < 0) {
-      if (errno == EINTR)
-        continue;
-      return make_error(errc::storage_failed, sys_error("write"));
-    }
-    p += k;
-    n -= static_cast<std::size_t>(k);
-  }
-  return caf::none;
-}
-
 // Bytes written or read per system call on the storage paths: hashed just
 // before (or after) the copy, so the checksum reads them from cache.
 constexpr std::size_t io_block = 256 * 1024;
@@ -86,8 +73,8 @@ caf::error write_parts(int fd, const std::vector<byte_span>& parts,
     for (std::size_t i = 0; i < n; i += io_block) {
       auto k = std::min(io_block, n - i);
       sum.update(p + i, k);
-      if (auto err = write_all(fd, p + i, k))
-        return err;
+      if (!write_all(fd, p + i, k))
+        return make_error(errc::storage_failed, sys_error("write"));
     }
     h = sum.digest();
   }

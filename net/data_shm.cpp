@@ -2,6 +2,7 @@
 
 #include "dice/auth.hpp"
 #include "dice/errc.hpp"
+#include "dice/fd_io.hpp"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -27,36 +28,6 @@ std::uint64_t random_u64() {
   std::uint64_t x = 0;
   std::memcpy(&x, r.data(), 8);
   return x;
-}
-
-bool pwrite_all(int fd, const void* data, std::size_t n, off_t at) {
-  auto p = static_cast<const char*>(data);
-  while (n > 0) {
-    auto k = ::pwrite(fd, p, n, at);
-    if (k < 0 && errno == EINTR)
-      continue;
-    if (k <= 0)
-      return false;
-    p += k;
-    n -= static_cast<std::size_t>(k);
-    at += k;
-  }
-  return true;
-}
-
-bool pread_all(int fd, void* data, std::size_t n, off_t at) {
-  auto p = static_cast<char*>(data);
-  while (n > 0) {
-    auto k = ::pread(fd, p, n, at);
-    if (k < 0 && errno == EINTR)
-      continue;
-    if (k <= 0)
-      return false;
-    p += k;
-    n -= static_cast<std::size_t>(k);
-    at += k;
-  }
-  return true;
 }
 
 int open_peer_fd(pid_t pid, int fd) {
