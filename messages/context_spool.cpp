@@ -114,11 +114,6 @@ caf::error write_all(int fd, const char* p, std::size_t n,
   return caf::none;
 }
 
-// Reads exactly n bytes at pos; false at end of file or on error.
-bool read_exact(int fd, std::uint64_t pos, char* out, std::size_t n) {
-  return pread_all(fd, out, n, static_cast<off_t>(pos));
-}
-
 std::vector<char> file_header(std::uint32_t node, std::uint64_t epoch) {
   std::vector<char> buf{spool_magic, spool_magic + 8};
   put<std::uint32_t>(buf, node);
@@ -258,7 +253,7 @@ caf::error context_spool::scan() {
       if (size < header_size) {
         // A kill between creating a segment and writing its header leaves
         // a prefix of it: nothing was spooled there.
-        if (read_exact(fd, 0, head, static_cast<std::size_t>(size))
+        if (pread_all(fd, head, static_cast<std::size_t>(size), 0)
             && std::memcmp(head, expected.data(), size) == 0) {
           ::unlink(path.c_str());
           ::close(fd);
@@ -268,7 +263,7 @@ caf::error context_spool::scan() {
         }
         continue;
       }
-      if (!read_exact(fd, 0, head, header_size)) {
+      if (!pread_all(fd, head, header_size, 0)) {
         ::close(fd);
         refuse(path, sys_error("cannot read"));
         continue;
@@ -288,7 +283,8 @@ caf::error context_spool::scan() {
       std::vector<char> payload;
       while (pos < size) {
         char rh[record_head];
-        if (size - pos < record_head || !read_exact(fd, pos, rh, record_head)) {
+        if (size - pos < record_head
+            || !pread_all(fd, rh, record_head, static_cast<off_t>(pos))) {
           bad = "a record cut short";
           break;
         }
@@ -299,7 +295,8 @@ caf::error context_spool::scan() {
           break;
         }
         payload.resize(static_cast<std::size_t>(len));
-        if (!read_exact(fd, pos + record_head, payload.data(), payload.size())
+        if (!pread_all(fd, payload.data(), payload.size(),
+                       static_cast<off_t>(pos + record_head))
             || record_checksum(rh, payload.data(), payload.size())
               != get<std::uint64_t>(rh + 16)) {
           bad = "a record with a wrong checksum (cut short or corrupt)";
@@ -472,7 +469,8 @@ caf::error context_spool::rotate() {
   std::vector<char> buf;
   for (auto& [seq, pos] : unsettled) {
     buf.resize(static_cast<std::size_t>(pos.length));
-    if (!read_exact(old.fd, pos.offset, buf.data(), buf.size()))
+    if (!pread_all(old.fd, buf.data(), buf.size(),
+                   static_cast<off_t>(pos.offset)))
       return make_error(errc::storage_failed,
                         sys_error("spool: cannot read back " + old.path));
     auto at = fresh.size;
