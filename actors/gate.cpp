@@ -1,8 +1,8 @@
 #include "dice/actors/gate.hpp"
 
-#include "dice/actors/senders.hpp"
-#include "dice/errc.hpp"
-#include "dice/trust.hpp"
+#include "dice/security/senders.hpp"
+#include "dice/core/errc.hpp"
+#include "dice/security/trust.hpp"
 
 #include "caf/downstream_msg.hpp"
 #include "caf/event_based_actor.hpp"
@@ -29,9 +29,9 @@ class gate : public caf::event_based_actor {
  public:
   using super = caf::event_based_actor;
 
-  gate(caf::actor_config& cfg, caf::actor bus, std::uint32_t node,
+  gate(caf::actor_config& cfg, caf::actor router, std::uint32_t node,
        caf::timespan timeout)
-    : super(cfg), bus_(std::move(bus)), bus_addr_(bus_.address()), node_(node),
+    : super(cfg), router_(std::move(router)), router_addr_(router_.address()), node_(node),
       timeout_(timeout) {
     // nop
   }
@@ -52,9 +52,9 @@ class gate : public caf::event_based_actor {
   }
 
   caf::behavior make_behavior() override {
-    monitor(bus_);
+    monitor(router_);
     set_down_handler([this](caf::down_msg& dm) {
-      if (dm.source == bus_addr_)
+      if (dm.source == router_addr_)
         quit();
     });
     set_default_handler(
@@ -73,11 +73,11 @@ class gate : public caf::event_based_actor {
         return caf::make_error(caf::sec::unexpected_message);
       });
     return {
-      // -- from the bus: handshake requests to a peer, in the gate's name --
+      // -- from the router: handshake requests to a peer, in the gate's name --
       [this](ask_atom, const caf::actor& peer,
              std::string& nonce) -> caf::result<std::string, std::string> {
-        if (!from_bus("a challenge request"))
-          return make_error(errc::unauthorized, "not the bus");
+        if (!from_router("a challenge request"))
+          return make_error(errc::unauthorized, "not the router");
         auto rp = make_response_promise<std::string, std::string>();
         request(peer, timeout_, hello_atom::value, std::move(nonce))
           .then(
@@ -93,8 +93,8 @@ class gate : public caf::event_based_actor {
       },
       [this](ask_atom, const caf::actor& peer,
              peer_hello& h) -> caf::result<peer_hello> {
-        if (!from_bus("a hello request"))
-          return make_error(errc::unauthorized, "not the bus");
+        if (!from_router("a hello request"))
+          return make_error(errc::unauthorized, "not the router");
         auto rp = make_response_promise<peer_hello>();
         request(peer, timeout_, hello_atom::value, std::move(h))
           .then(
@@ -116,7 +116,7 @@ class gate : public caf::event_based_actor {
         // Before the promise: making it moves the sender out of the message.
         auto from = caf::actor_cast<caf::actor>(current_sender());
         auto rp = make_response_promise<std::string, std::string>();
-        request(bus_, timeout_, hello_atom::value, from, std::move(nonce))
+        request(router_, timeout_, hello_atom::value, from, std::move(nonce))
           .then(
             [rp](std::string& nonce_b, std::string& mac) mutable {
               rp.deliver(std::move(nonce_b), std::move(mac));
@@ -131,7 +131,7 @@ class gate : public caf::event_based_actor {
           return make_error(errc::unauthorized, "anonymous hello");
         auto from = caf::actor_cast<caf::actor>(current_sender());
         auto rp = make_response_promise<peer_hello>();
-        request(bus_, timeout_, hello_atom::value, from, std::move(h))
+        request(router_, timeout_, hello_atom::value, from, std::move(h))
           .then(
             [rp](peer_hello& reply) mutable {
               rp.deliver(std::move(reply));
@@ -141,34 +141,34 @@ class gate : public caf::event_based_actor {
             });
         return rp;
       },
-      // -- from other nodes: peer traffic, checked by the bus -----------------
+      // -- from other nodes: peer traffic, checked by the router -----------------
       [this](subscribe_atom, std::string& topic, std::uint32_t node) {
         if (from_remote("a peer subscription"))
-          delegate(bus_, subscribe_atom::value, std::move(topic), node);
+          delegate(router_, subscribe_atom::value, std::move(topic), node);
       },
       [this](forward_atom, std::string& topic, std::uint32_t sender,
              caf::message& msg) {
         if (from_remote("a forward"))
-          delegate(bus_, forward_atom::value, std::move(topic), sender,
+          delegate(router_, forward_atom::value, std::move(topic), sender,
                    std::move(msg));
       },
       [this](forward_atom, snapshot_chunk& c) {
         if (from_remote("a snapshot chunk"))
-          delegate(bus_, forward_atom::value, std::move(c));
+          delegate(router_, forward_atom::value, std::move(c));
       },
       [this](forward_atom, std::string& topic, std::uint32_t sender,
              std::uint64_t transfer, model_snapshot& header) {
         if (from_remote("a data reference"))
-          delegate(bus_, forward_atom::value, std::move(topic), sender,
+          delegate(router_, forward_atom::value, std::move(topic), sender,
                    transfer, std::move(header));
       },
       [this](done_atom, std::uint32_t node) {
         if (from_remote("a peer's done"))
-          delegate(bus_, done_atom::value, node);
+          delegate(router_, done_atom::value, node);
       },
       [this](finish& x) {
         if (from_remote("a finish"))
-          delegate(bus_, std::move(x));
+          delegate(router_, std::move(x));
       },
     };
   }
@@ -181,7 +181,7 @@ class gate : public caf::event_based_actor {
       return false;
     }
     if (tt == caf::make_type_token<caf::down_msg>()) {
-      if (x.get_as<caf::down_msg>(0).source == bus_addr_)
+      if (x.get_as<caf::down_msg>(0).source == router_addr_)
         return true;
       count(trust_event::stranger_dropped);
       return false;
@@ -216,14 +216,14 @@ class gate : public caf::event_based_actor {
     }
   }
 
-  bool from_bus(const char* what) {
-    if (current_sender() == caf::actor_cast<caf::strong_actor_ptr>(bus_))
+  bool from_router(const char* what) {
+    if (current_sender() == caf::actor_cast<caf::strong_actor_ptr>(router_))
       return true;
     auto& src = current_sender();
     drops_.drop(node_,
                 src ? trust_event::stranger_dropped
                     : trust_event::anonymous_dropped,
-                src, what, "only the node's bus asks its gate", clock().now());
+                src, what, "only the node's router asks its gate", clock().now());
     return false;
   }
 
@@ -241,8 +241,8 @@ class gate : public caf::event_based_actor {
     return false;
   }
 
-  caf::actor bus_;
-  caf::actor_addr bus_addr_;
+  caf::actor router_;
+  caf::actor_addr router_addr_;
   std::uint32_t node_;
   caf::timespan timeout_;
   drop_log drops_;
@@ -250,16 +250,16 @@ class gate : public caf::event_based_actor {
 
 } // namespace
 
-caf::actor spawn_gate(caf::actor_system& sys, caf::actor bus,
+caf::actor spawn_gate(caf::actor_system& sys, caf::actor router,
                       std::uint32_t node, caf::timespan timeout) {
-  return sys.spawn<gate>(std::move(bus), node, timeout);
+  return sys.spawn<gate>(std::move(router), node, timeout);
 }
 
 caf::expected<caf::actor> gate_of(caf::actor_system& sys,
-                                  const bus_actor& bus) {
+                                  const router_actor& router) {
   caf::scoped_actor self{sys};
   caf::expected<caf::actor> result{caf::actor{}};
-  self->request(bus, std::chrono::seconds{30}, gate_atom::value)
+  self->request(router, std::chrono::seconds{30}, gate_atom::value)
     .receive(
       [&](caf::actor& x) {
         result = std::move(x);
@@ -270,8 +270,8 @@ caf::expected<caf::actor> gate_of(caf::actor_system& sys,
   return result;
 }
 
-caf::actor spawn_gate(caf::actor_system& sys, const bus_actor& bus) {
-  auto x = gate_of(sys, bus);
+caf::actor spawn_gate(caf::actor_system& sys, const router_actor& router) {
+  auto x = gate_of(sys, router);
   return x ? *x : caf::actor{};
 }
 

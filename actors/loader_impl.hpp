@@ -2,12 +2,12 @@
 
 // Internal: the behaviour both loaders share, for a stored type T.
 
-#include "dice/actors/bus.hpp"
-#include "dice/actors/senders.hpp"
-#include "dice/errc.hpp"
-#include "dice/log.hpp"
-#include "dice/messages/storage.hpp"
-#include "dice/trust.hpp"
+#include "dice/actors/router.hpp"
+#include "dice/security/senders.hpp"
+#include "dice/core/errc.hpp"
+#include "dice/logging/log.hpp"
+#include "dice/storage/storage.hpp"
+#include "dice/security/trust.hpp"
 
 #include "caf/actor_cast.hpp"
 #include "caf/make_message.hpp"
@@ -90,7 +90,7 @@ bool admit(Self self, const char* what) {
 }
 
 /// Item 3 of issue 9: what a reference points at must be data of the node
-/// that sent the reference (the bus checked that node is the forwarding
+/// that sent the reference (the router checked that node is the forwarding
 /// peer), or a stored snapshot could speak for another node.
 template <class T, class Self>
 bool from_origin(Self self, const storage_ref& ref, const T& x) {
@@ -129,14 +129,14 @@ auto loader_behavior(Self self, loader_options opts) {
       }
       return std::move(*x);
     },
-    [=](save_atom, const T& x, const caf::actor& bus,
+    [=](save_atom, const T& x, const caf::actor& router,
         const std::vector<std::string>& topics) {
       if (!admit(self, "a save"))
         return;
       auto ref = save_item<T>(self, x);
       if (!ref)
         return;
-      auto b = caf::actor_cast<bus_actor>(bus);
+      auto b = caf::actor_cast<router_actor>(router);
       for (auto& topic : topics)
         self->send(b, publish_atom::value, topic, self->state.opts.node,
                    caf::make_message(topic, *ref));

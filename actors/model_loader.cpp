@@ -1,6 +1,6 @@
 #include "dice/actors/model_loader.hpp"
 
-#include "dice/actors/scheduling.hpp"
+#include "dice/runtime/scheduling.hpp"
 
 #include "loader_impl.hpp"
 
@@ -24,7 +24,7 @@ load_as<model_snapshot>(const storage_ref& ref, const storage_options& opts) {
 } // namespace detail
 
 model_loader_actor::behavior_type
-model_loader(model_loader_actor::stateful_pointer<model_loader_state> self,
+model_loader_behavior(model_loader_actor::stateful_pointer<model_loader_state> self,
              loader_options opts) {
   return detail::loader_behavior<model_snapshot, decltype(self),
                                  model_loader_state>(self, std::move(opts));
@@ -33,8 +33,8 @@ model_loader(model_loader_actor::stateful_pointer<model_loader_state> self,
 model_loader_actor spawn_model_loader(caf::actor_system& sys,
                                       loader_options opts) {
   if (opts.detached && !deterministic_scheduler(sys))
-    return sys.spawn<caf::detached>(model_loader, std::move(opts));
-  return sys.spawn(model_loader, std::move(opts));
+    return sys.spawn<caf::detached>(model_loader_behavior, std::move(opts));
+  return sys.spawn(model_loader_behavior, std::move(opts));
 }
 
 } // namespace dice

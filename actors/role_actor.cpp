@@ -1,9 +1,9 @@
 #include "dice/actors/role_actor.hpp"
 
-#include "dice/actors/scheduling.hpp"
-#include "dice/errc.hpp"
-#include "dice/log.hpp"
-#include "dice/trust.hpp"
+#include "dice/runtime/scheduling.hpp"
+#include "dice/core/errc.hpp"
+#include "dice/logging/log.hpp"
+#include "dice/security/trust.hpp"
 
 #include "caf/actor_system.hpp"
 #include "caf/scheduled_actor.hpp"
@@ -23,7 +23,7 @@ namespace {
 // Deadlines beyond this are treated as "no deadline": no timer is armed.
 constexpr auto no_deadline = std::chrono::hours{24 * 365};
 
-std::uint64_t random_epoch() {
+std::uint64_t random_incarnation() {
   std::random_device rd;
   std::uint64_t x = (std::uint64_t{rd()} << 32) ^ rd();
   return x == 0 ? 1 : x;
@@ -34,7 +34,7 @@ std::mutex stdout_mtx;
 using role_ptr = role_actor::stateful_pointer<role_state>;
 
 // A role actor takes messages only from actors of its own node that name
-// themselves and that no other node can name (its bus, its loaders, its
+// themselves and that no other node can name (its router, its loaders, its
 // node's launcher); nothing else can reach it, but a sender-less message
 // would look the same from anywhere.
 bool admit(role_ptr self, const char* what) {
@@ -81,8 +81,8 @@ role_set role_state::roles() const {
   return cfg.roles;
 }
 
-std::uint64_t role_state::epoch() const {
-  return cfg.epoch;
+std::uint64_t role_state::incarnation() const {
+  return cfg.incarnation;
 }
 
 void role_state::subscribe(const std::string& topic, handler fn) {
@@ -90,12 +90,12 @@ void role_state::subscribe(const std::string& topic, handler fn) {
   hs.push_back(std::move(fn));
   // Before joining, subscriptions travel with the join request.
   if (joined && hs.size() == 1)
-    self->send(cfg.bus, subscribe_atom::value, topic, cfg.node,
+    self->send(cfg.router, subscribe_atom::value, topic, cfg.node,
                caf::actor_cast<caf::actor>(self));
 }
 
 void role_state::publish(const std::string& topic, caf::message msg) {
-  self->send(cfg.bus, publish_atom::value, topic, cfg.node, std::move(msg));
+  self->send(cfg.router, publish_atom::value, topic, cfg.node, std::move(msg));
 }
 
 caf::actor_clock::time_point role_state::now() const {
@@ -124,8 +124,8 @@ caf::actor role_state::handle() {
   return caf::actor_cast<caf::actor>(self);
 }
 
-caf::actor role_state::bus_handle() {
-  return caf::actor_cast<caf::actor>(cfg.bus);
+caf::actor role_state::router_handle() {
+  return caf::actor_cast<caf::actor>(cfg.router);
 }
 
 void role_state::load(const caf::actor& loader, const storage_ref& ref,
@@ -182,8 +182,8 @@ bool role_state::spool_fsync() const {
 void role_state::init(role_config config, pipeline p) {
   cfg = std::move(config);
   pipe = std::move(p);
-  if (cfg.epoch == 0)
-    cfg.epoch = random_epoch();
+  if (cfg.incarnation == 0)
+    cfg.incarnation = random_incarnation();
   rep.node = cfg.node;
   rep.roles = cfg.roles;
   rep.restarts = cfg.restarts;
@@ -194,9 +194,9 @@ void role_state::init(role_config config, pipeline p) {
   std::vector<std::string> topics;
   for (auto& kvp : handlers)
     topics.push_back(kvp.first);
-  // A node without its bus can neither receive nor publish: it must say so
+  // A node without its router can neither receive nor publish: it must say so
   // and stop, never run on headless.
-  self->monitor(cfg.bus);
+  self->monitor(cfg.router);
   self->set_down_handler([this](caf::down_msg& dm) {
     if (quitted)
       return;
@@ -211,9 +211,9 @@ void role_state::init(role_config config, pipeline p) {
       on_finish(finish{cfg.node, why, true});
       return;
     }
-    if (dm.source != cfg.bus.address())
+    if (dm.source != cfg.router.address())
       return;
-    auto why = "error: the bus stopped (" + caf::to_string(dm.reason)
+    auto why = "error: the router stopped (" + caf::to_string(dm.reason)
       + "); this node can no longer reach its peers";
     log::error(cfg.node, why);
     running = false;
@@ -229,7 +229,7 @@ void role_state::init(role_config config, pipeline p) {
                "nobody sends a role actor errors", self->clock().now());
   });
   self
-    ->request(cfg.bus, std::chrono::seconds{30}, join_atom::value, cfg.node,
+    ->request(cfg.router, std::chrono::seconds{30}, join_atom::value, cfg.node,
               cfg.roles, caf::actor_cast<caf::actor>(self), std::move(topics))
     .then(
       [this](const std::vector<finish>& done) {
@@ -244,11 +244,11 @@ void role_state::init(role_config config, pipeline p) {
         maybe_start();
       },
       [this](caf::error& err) {
-        log::error(cfg.node, "cannot join the bus: " + caf::to_string(err));
+        log::error(cfg.node, "cannot join the router: " + caf::to_string(err));
         for (auto& rp : ready_waiters)
           rp.deliver(err);
         ready_waiters.clear();
-        rep.stop_reason = "error: cannot join the bus";
+        rep.stop_reason = "error: cannot join the router";
         rep.failed = true;
         stop(rep.stop_reason);
       });
@@ -256,9 +256,9 @@ void role_state::init(role_config config, pipeline p) {
 
 void role_state::on_middleware_error(const std::string& what) {
   if (cfg.restarts_left > 0 && !finishing) {
-    // Like a crashed process: no finish, no done, no stop hooks; the bus
+    // Like a crashed process: no finish, no done, no stop hooks; the router
     // drops this member when it goes down, and the supervisor starts a new
-    // incarnation (fresh context, new epoch) that joins again.
+    // incarnation (fresh context, new incarnation) that joins again.
     log::error(cfg.node,
                what + "; restarting the role actor ("
                  + std::to_string(cfg.restarts_left) + " restart(s) left)");
@@ -384,7 +384,7 @@ void role_state::on_finish(const finish& x, bool in_step) {
       : "finish from node " + std::to_string(x.sender) + " (" + x.reason + ")";
     rep.failed = x.failed && x.sender == cfg.node;
   }
-  // This node's own finish goes to the bus from stop(), after the data of
+  // This node's own finish goes to the router from stop(), after the data of
   // its last iteration (and what its workers still store and publish).
   if (x.sender == cfg.node && !finish_sent)
     own_finish = x;
@@ -483,8 +483,8 @@ void role_state::stop(const std::string& reason) {
     send_done();
     return;
   }
-  // A loader publishes what it stored straight to the bus: flush it first,
-  // so that the bus sees those publishes before this node's finish and
+  // A loader publishes what it stored straight to the router: flush it first,
+  // so that the router sees those publishes before this node's finish and
   // done.
   pending_flushes = flush_targets.size();
   for (auto& worker : flush_targets)
@@ -506,12 +506,12 @@ void role_state::stop(const std::string& reason) {
 
 void role_state::send_done() {
   if (!finish_sent) {
-    // Tell the bus in any case: a node that stops ends the run.
+    // Tell the router in any case: a node that stops ends the run.
     finish_sent = true;
-    self->send(cfg.bus,
+    self->send(cfg.router,
                own_finish ? *own_finish : finish{cfg.node, stop_reason, false});
   }
-  self->send(cfg.bus, done_atom::value, cfg.node,
+  self->send(cfg.router, done_atom::value, cfg.node,
              caf::actor_cast<caf::actor>(self));
 }
 
@@ -546,7 +546,7 @@ void role_state::quit_now() {
 // -- behaviour ----------------------------------------------------------------
 
 role_actor::behavior_type
-role_runner(role_actor::stateful_pointer<role_state> self, role_config cfg,
+role_behavior(role_actor::stateful_pointer<role_state> self, role_config cfg,
             pipeline pipe) {
   self->state.init(std::move(cfg), std::move(pipe));
   return {
@@ -628,9 +628,9 @@ role_runner(role_actor::stateful_pointer<role_state> self, role_config cfg,
         self->state.on_timer(id);
     },
     [=](const peer_event& x) {
-      // Only this node's bus knows about peers.
+      // Only this node's router knows about peers.
       if (self->current_sender()
-          != caf::actor_cast<caf::strong_actor_ptr>(self->state.cfg.bus)) {
+          != caf::actor_cast<caf::strong_actor_ptr>(self->state.cfg.router)) {
         admit(self, "a peer event");
         count(trust_event::message_rejected);
         return;
@@ -648,9 +648,9 @@ role_runner(role_actor::stateful_pointer<role_state> self, role_config cfg,
 
 role_actor spawn_role(caf::actor_system& sys, role_config cfg, pipeline pipe) {
   if (cfg.detached && !deterministic_scheduler(sys))
-    return sys.spawn<caf::detached>(role_runner, std::move(cfg),
+    return sys.spawn<caf::detached>(role_behavior, std::move(cfg),
                                     std::move(pipe));
-  return sys.spawn(role_runner, std::move(cfg), std::move(pipe));
+  return sys.spawn(role_behavior, std::move(cfg), std::move(pipe));
 }
 
 } // namespace dice

@@ -1,6 +1,6 @@
 #include "dice/actors/storage_loader.hpp"
 
-#include "dice/actors/scheduling.hpp"
+#include "dice/runtime/scheduling.hpp"
 
 #include "loader_impl.hpp"
 
@@ -23,7 +23,7 @@ load_as<context_delta>(const storage_ref& ref, const storage_options& opts) {
 
 } // namespace detail
 
-storage_loader_actor::behavior_type storage_loader(
+storage_loader_actor::behavior_type storage_loader_behavior(
   storage_loader_actor::stateful_pointer<storage_loader_state> self,
   loader_options opts) {
   return detail::loader_behavior<context_delta, decltype(self),
@@ -33,8 +33,8 @@ storage_loader_actor::behavior_type storage_loader(
 storage_loader_actor spawn_storage_loader(caf::actor_system& sys,
                                           loader_options opts) {
   if (opts.detached && !deterministic_scheduler(sys))
-    return sys.spawn<caf::detached>(storage_loader, std::move(opts));
-  return sys.spawn(storage_loader, std::move(opts));
+    return sys.spawn<caf::detached>(storage_loader_behavior, std::move(opts));
+  return sys.spawn(storage_loader_behavior, std::move(opts));
 }
 
 } // namespace dice

@@ -14,7 +14,7 @@
 // Models: B = 6824968 (1.7M floats, four Linear layers) and B = 18440 (the
 // DQN demo's 4-64-64-2 Q-network, hidden = 64).
 
-#include "dice/errc.hpp"
+#include "dice/core/errc.hpp"
 #include "dice/torch/learner_group.hpp"
 
 #include <arpa/inet.h>

@@ -1,19 +1,19 @@
 // Connection set-up between two dice nodes on loopback, with baselines
 // measured in the same run: a raw TCP connect plus one round trip, and the
 // path dice used before its preamble (CAF's own publish and connect, the
-// bus handshake on top).
+// router handshake on top).
 //
 //   connect_bench [--rounds R] [--secret 0|1]
 //
 // Each round starts a fresh client actor system (CAF reuses a connection
-// between two systems), attaches its bus to the server's and times attach
-// -> connected peer (the client bus answers `peers(1)`). One JSON line out:
+// between two systems), attaches its router to the server's and times attach
+// -> connected peer (the client router answers `peers(1)`). One JSON line out:
 // medians in seconds.
 
 #include "dice/actors/gate.hpp"
-#include "dice/actors/node.hpp"
-#include "dice/errc.hpp"
-#include "dice/log.hpp"
+#include "dice/runtime/node.hpp"
+#include "dice/core/errc.hpp"
+#include "dice/logging/log.hpp"
 
 #include "caf/actor_system.hpp"
 #include "caf/io/middleman.hpp"
@@ -85,28 +85,28 @@ std::vector<double> tcp_rounds(long rounds) {
   return times;
 }
 
-// Times attach -> connected peer of a client bus spawned by `make_bus` in
+// Times attach -> connected peer of a client router spawned by `make_router` in
 // a fresh actor system, once per round.
-template <class MakeBus>
+template <class MakeRouter>
 std::vector<double> attach_rounds(long rounds, std::uint16_t port,
-                                  MakeBus make_bus) {
+                                  MakeRouter make_router) {
   std::vector<double> times;
   for (long r = 0; r < rounds; ++r) {
     dice::node_system_config cfg;
     caf::actor_system sys{cfg};
-    auto bus = make_bus(sys, static_cast<std::uint32_t>(r + 1));
+    auto router = make_router(sys, static_cast<std::uint32_t>(r + 1));
     caf::scoped_actor self{sys};
     auto t0 = clk::now();
-    self->send(bus, dice::attach_atom::value, std::string{"127.0.0.1"}, port);
+    self->send(router, dice::attach_atom::value, std::string{"127.0.0.1"}, port);
     bool ok = false;
-    self->request(bus, 10s, dice::peers_atom::value, std::uint32_t{1})
+    self->request(router, 10s, dice::peers_atom::value, std::uint32_t{1})
       .receive(
         [&](std::uint32_t) {
           ok = true;
         },
         [](caf::error&) {});
     auto t = std::chrono::duration<double>(clk::now() - t0).count();
-    caf::anon_send_exit(bus, caf::exit_reason::user_shutdown);
+    caf::anon_send_exit(router, caf::exit_reason::user_shutdown);
     if (!ok) {
       std::fprintf(stderr, "round %ld: no connection\n", r);
       std::exit(3);
@@ -151,27 +151,27 @@ int main(int argc, char** argv) {
       auto client = dice::node::start(sys, cc);
       if (!client)
         std::exit(2);
-      return client->bus();
+      return client->router();
     });
   server->stop();
-  // caf: the bus's gate published with CAF's own publish, peers dialled by
+  // caf: the router's gate published with CAF's own publish, peers dialled by
   // CAF's own connect (what node::start did before the preamble).
-  dice::bus_config bc;
+  dice::router_config bc;
   bc.node = 0;
   bc.secret = secret;
-  auto bus = server_sys.spawn(dice::bus, bc);
-  auto gate = dice::spawn_gate(server_sys, bus);
+  auto router = server_sys.spawn(dice::router_behavior, bc);
+  auto gate = dice::spawn_gate(server_sys, router);
   auto port = server_sys.middleman().publish(gate, 0, "127.0.0.1", true);
   if (!port)
     return 1;
   auto caf_times = attach_rounds(rounds, *port,
                                  [&](caf::actor_system& sys, std::uint32_t id) {
-                                   dice::bus_config cc;
+                                   dice::router_config cc;
                                    cc.node = id + 1000;
                                    cc.secret = secret;
-                                   return sys.spawn(dice::bus, cc);
+                                   return sys.spawn(dice::router_behavior, cc);
                                  });
-  caf::anon_send_exit(bus, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(router, caf::exit_reason::user_shutdown);
   auto tcp = tcp_rounds(rounds);
   dice::bench::print_json(
     {{"mode", "connect"},

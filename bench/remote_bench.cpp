@@ -10,10 +10,10 @@
 //     (scripts/make-test-certs), on BASP and on data connections alike.
 //   remote_bench context --collectors N --obs K --batch B --seconds T
 // The parent is the learner; it forks N collector processes (this same
-// binary) that attach to its bus on an ephemeral port. One JSON line out.
+// binary) that attach to its router on an ephemeral port. One JSON line out.
 
-#include "dice/actors/bus.hpp"
-#include "dice/actors/node.hpp"
+#include "dice/actors/router.hpp"
+#include "dice/runtime/node.hpp"
 #include "dice/messages/context_delta.hpp"
 #include "dice/messages/model_snapshot.hpp"
 #include "dice/messages/payload.hpp"
@@ -213,7 +213,7 @@ int collector_main(int argc, char** argv) {
   auto node = static_cast<std::uint32_t>(num(argc, argv, "node", 1));
   auto mode = arg(argc, argv, "mode", "snapshot");
   auto path = arg(argc, argv, "path", "");
-  dice::bus_actor bus;
+  dice::router_actor router;
   std::optional<dice::node> dn;
   if (!path.empty()) {
     // A dice node (dialer, preamble, data plane unless --path basp).
@@ -221,13 +221,13 @@ int collector_main(int argc, char** argv) {
     if (!n)
       _exit(4);
     dn = std::move(*n);
-    bus = dn->bus();
+    router = dn->router();
     if (dn->data_plane())
       dn->data_plane()->set_same_host(path == "shm");
   } else {
-    dice::bus_config bc;
+    dice::router_config bc;
     bc.node = node;
-    bus = sys.spawn(dice::bus, bc);
+    router = sys.spawn(dice::router_behavior, bc);
   }
   caf::scoped_actor self{sys};
   auto ack_topic = std::string{"ack"};
@@ -238,14 +238,14 @@ int collector_main(int argc, char** argv) {
                 dice::context_delta d;
                 d.sender = node;
                 d.seq = static_cast<std::uint64_t>(x.version);
-                me->send(bus, dice::publish_atom::value, ack_topic, node,
+                me->send(router, dice::publish_atom::value, ack_topic, node,
                          caf::make_message(ack_topic, d));
               }};
     });
-    self->send(bus, dice::join_atom::value, node, dice::role_set{}, member,
+    self->send(router, dice::join_atom::value, node, dice::role_set{}, member,
                std::vector<std::string>{"model"});
     self->receive([](const std::vector<dice::finish>&) {});
-    self->send(bus, dice::attach_atom::value, std::string{"127.0.0.1"},
+    self->send(router, dice::attach_atom::value, std::string{"127.0.0.1"},
                static_cast<std::uint16_t>(num(argc, argv, "port", 0)));
     for (;;)
       std::this_thread::sleep_for(1h); // until the learner's SIGTERM
@@ -260,12 +260,12 @@ int collector_main(int argc, char** argv) {
                            0.5f);
   auto p = dice::pack(items, node);
   p.count = static_cast<std::uint64_t>(batch);
-  self->send(bus, dice::join_atom::value, node, dice::role_set{},
+  self->send(router, dice::join_atom::value, node, dice::role_set{},
              caf::actor{self}, std::vector<std::string>{ack_topic});
   self->receive([](const std::vector<dice::finish>&) {});
-  self->send(bus, dice::attach_atom::value, std::string{"127.0.0.1"},
+  self->send(router, dice::attach_atom::value, std::string{"127.0.0.1"},
              static_cast<std::uint16_t>(num(argc, argv, "port", 0)));
-  self->request(bus, 30s, dice::peers_atom::value, std::uint32_t{1})
+  self->request(router, 30s, dice::peers_atom::value, std::uint32_t{1})
     .receive([](std::uint32_t) {},
              [](caf::error&) {
                _exit(2);
@@ -280,7 +280,7 @@ int collector_main(int argc, char** argv) {
       d.seq = ++seq;
       d.env_step = batch;
       d.trajectories = {p};
-      self->send(bus, dice::publish_atom::value, topic, node,
+      self->send(router, dice::publish_atom::value, topic, node,
                  caf::make_message(topic, std::move(d)));
       ++in_flight;
     }
@@ -304,14 +304,14 @@ int publisher_main(int argc, char** argv) {
     return 4;
   if (dn->data_plane())
     dn->data_plane()->set_same_host(path == "shm");
-  auto bus = dn->bus();
+  auto router = dn->router();
   caf::scoped_actor self{sys};
-  self->send(bus, dice::join_atom::value, node, dice::role_set{},
+  self->send(router, dice::join_atom::value, node, dice::role_set{},
              caf::actor{self}, std::vector<std::string>{});
   self->receive([](const std::vector<dice::finish>&) {});
-  self->send(bus, dice::attach_atom::value, std::string{"127.0.0.1"},
+  self->send(router, dice::attach_atom::value, std::string{"127.0.0.1"},
              static_cast<std::uint16_t>(num(argc, argv, "port", 0)));
-  self->request(bus, 30s, dice::peers_atom::value, std::uint32_t{1})
+  self->request(router, 30s, dice::peers_atom::value, std::uint32_t{1})
     .receive([](std::uint32_t) {},
              [](caf::error&) {
                _exit(2);
@@ -323,7 +323,7 @@ int publisher_main(int argc, char** argv) {
   x.sender = node; // peers refuse a snapshot that names another node
   for (std::int64_t v = 1;; ++v) {
     x.version = v;
-    self->send(bus, dice::publish_atom::value, std::string{"model"}, node,
+    self->send(router, dice::publish_atom::value, std::string{"model"}, node,
                caf::make_message(std::string{"model"}, x));
     std::printf("sent %lld\n", static_cast<long long>(v));
     std::fflush(stdout);
@@ -348,21 +348,21 @@ int snapshot_main(int argc, char** argv) {
     return 1;
   if (dn->data_plane())
     dn->data_plane()->set_same_host(path == "shm");
-  auto bus = dn->bus();
+  auto router = dn->router();
   auto port = std::optional<std::uint16_t>{dn->port()};
   std::vector<std::string> extra{"--path", path};
   std::vector<char*> args(argv, argv + argc);
   for (auto& e : extra)
     args.push_back(e.data());
   caf::scoped_actor self{sys};
-  self->send(bus, dice::join_atom::value, std::uint32_t{0}, dice::role_set{},
+  self->send(router, dice::join_atom::value, std::uint32_t{0}, dice::role_set{},
              caf::actor{self}, std::vector<std::string>{"ack"});
   self->receive([](const std::vector<dice::finish>&) {});
   auto pids = fork_collectors(static_cast<int>(args.size()), args.data(), n,
                               *port);
   bool ok = true;
   self
-    ->request(bus, 30s, dice::peers_atom::value, static_cast<std::uint32_t>(n))
+    ->request(router, 30s, dice::peers_atom::value, static_cast<std::uint32_t>(n))
     .receive([](std::uint32_t) {},
              [&](caf::error&) {
                ok = false;
@@ -384,7 +384,7 @@ int snapshot_main(int argc, char** argv) {
   for (long r = 0; r < rounds + 2; ++r) {
     x.version = r + 1;
     auto t0 = clk::now();
-    self->send(bus, dice::publish_atom::value, std::string{"model"},
+    self->send(router, dice::publish_atom::value, std::string{"model"},
                std::uint32_t{0}, caf::make_message(std::string{"model"}, x));
     long acks = 0;
     while (acks < n) {
@@ -430,15 +430,15 @@ int context_main(int argc, char** argv) {
   auto seconds = std::stod(arg(argc, argv, "seconds", "3"));
   config cfg;
   caf::actor_system sys{cfg};
-  dice::bus_config bc;
+  dice::router_config bc;
   bc.node = 0;
-  auto bus = sys.spawn(dice::bus, bc);
-  auto port = sys.middleman().publish(bus, 0, "127.0.0.1");
+  auto router = sys.spawn(dice::router_behavior, bc);
+  auto port = sys.middleman().publish(router, 0, "127.0.0.1");
   if (!port)
     return 1;
   caf::scoped_actor self{sys};
   auto topic = std::string{"context_exchanger_collector"};
-  self->send(bus, dice::join_atom::value, std::uint32_t{0}, dice::role_set{},
+  self->send(router, dice::join_atom::value, std::uint32_t{0}, dice::role_set{},
              caf::actor{self}, std::vector<std::string>{topic});
   self->receive([](const std::vector<dice::finish>&) {});
   std::vector<std::string> extra{"--mode", "context"};
@@ -449,7 +449,7 @@ int context_main(int argc, char** argv) {
                               *port);
   bool ok = true;
   self
-    ->request(bus, 30s, dice::peers_atom::value, static_cast<std::uint32_t>(n))
+    ->request(router, 30s, dice::peers_atom::value, static_cast<std::uint32_t>(n))
     .receive([](std::uint32_t) {},
              [&](caf::error&) {
                ok = false;
@@ -467,7 +467,7 @@ int context_main(int argc, char** argv) {
       bytes += p.bytes.size();
     dice::context_delta a;
     a.sender = d.sender;
-    self->send(bus, dice::publish_atom::value, ack, std::uint32_t{0},
+    self->send(router, dice::publish_atom::value, ack, std::uint32_t{0},
                caf::make_message(ack, a));
   };
   // Warm-up, then count.
@@ -491,7 +491,7 @@ int context_main(int argc, char** argv) {
               {"obs", obs},
               {"transitions_per_s", static_cast<double>(transitions) / dt},
               {"bytes_per_s", static_cast<double>(bytes) / dt}});
-  self->send_exit(bus, caf::exit_reason::user_shutdown);
+  self->send_exit(router, caf::exit_reason::user_shutdown);
   return 0;
 }
 

@@ -1,8 +1,8 @@
-// How long a message takes through the bus while learners train (issue 10,
+// How long a message takes through the router while learners train (issue 10,
 // item 4). Two role actors run real DQN gradient steps (LibTorch, the demo's
 // Q-network and replay buffer) back to back; a pinger and a ponger role
-// actor bounce a context delta through the bus and time each round trip.
-// The bus, pinger and ponger always run on CAF's worker pool. Three runs in
+// actor bounce a context delta through the router and time each round trip.
+// The router, pinger and ponger always run on CAF's worker pool. Three runs in
 // one process: no trainers (the baseline), trainers on the pool too (role
 // actors not detached: dice before this change), and trainers on their own
 // threads (the default now). The pool has as many
@@ -13,8 +13,8 @@
 //   {"idle": {...}, "pool": {...}, "detached": {...}} with, per run, the
 //   round trips' p50/p99/max in microseconds and the trainers' updates/s.
 
-#include "dice/actors/local_cluster.hpp"
-#include "dice/log.hpp"
+#include "dice/runtime/local_cluster.hpp"
+#include "dice/logging/log.hpp"
 #include "dice/messages/context_delta.hpp"
 #include "dice/type_ids.hpp"
 
@@ -201,7 +201,7 @@ nlohmann::json run(int with_trainers, bool detached, int pings, int updates) {
   {
     dice::pipeline p;
     p.use(pinger(pings, probe));
-    // The probes stay on the pool with the bus: what they see is what
+    // The probes stay on the pool with the router: what they see is what
     // any actor on the pool sees.
     dice::local_node n{0, {dice::role::collector}, std::move(p), 0};
     n.detached = false;

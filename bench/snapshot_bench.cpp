@@ -3,9 +3,9 @@
 // snapshot <-> LibTorch module, wire encode/decode, shared memory, checksum,
 // local fan-out to 1/4/16 receivers.
 
-#include "dice/actors/bus.hpp"
+#include "dice/actors/router.hpp"
 #include "dice/messages/snapshot_chunk.hpp"
-#include "dice/messages/storage.hpp"
+#include "dice/storage/storage.hpp"
 #include "dice/torch/model.hpp"
 #include "dice/type_ids.hpp"
 
@@ -187,15 +187,15 @@ long rss_kb() {
   return resident * (::sysconf(_SC_PAGESIZE) / 1024);
 }
 
-// A 6.8 MB snapshot published on a local bus with N receivers that keep it:
+// A 6.8 MB snapshot published on a local router with N receivers that keep it:
 // time per round and memory it adds (both should not grow with N).
 void BM_fanout(benchmark::State& state) {
   caf::actor_system_config cfg;
   dice::add_message_types(cfg);
   caf::actor_system sys{cfg};
   auto n = state.range(0);
-  dice::bus_config bc;
-  auto bus = sys.spawn(dice::bus, bc);
+  dice::router_config bc;
+  auto router = sys.spawn(dice::router_behavior, bc);
   caf::scoped_actor self{sys};
   std::vector<caf::actor> members;
   for (std::int64_t i = 0; i < n; ++i) {
@@ -207,7 +207,7 @@ void BM_fanout(benchmark::State& state) {
           me->send(self_, dice::done_atom::value);
         }};
       }));
-    self->send(bus, dice::join_atom::value, std::uint32_t(10 + i),
+    self->send(router, dice::join_atom::value, std::uint32_t(10 + i),
                dice::role_set{}, members.back(),
                std::vector<std::string>{"model"});
   }
@@ -218,7 +218,7 @@ void BM_fanout(benchmark::State& state) {
   long peak = 0;
   for (auto _ : state) {
     auto before = rss_kb();
-    self->send(bus, dice::publish_atom::value, std::string{"model"},
+    self->send(router, dice::publish_atom::value, std::string{"model"},
                std::uint32_t{1}, caf::make_message(std::string{"model"}, *x));
     for (std::int64_t i = 0; i < n; ++i)
       self->receive([](dice::done_atom) {});
@@ -227,7 +227,7 @@ void BM_fanout(benchmark::State& state) {
   state.counters["rss_added_kb"] = static_cast<double>(peak);
   for (auto& mbr : members)
     self->send_exit(mbr, caf::exit_reason::user_shutdown);
-  self->send_exit(bus, caf::exit_reason::user_shutdown);
+  self->send_exit(router, caf::exit_reason::user_shutdown);
 }
 // Rounds take ~0.1 ms, so one scheduler hiccup on a busy 2-core machine
 // moves a single run by 30%: bench/run reads the median of 7 repetitions.

@@ -69,7 +69,7 @@ int main(int argc, char** argv) {
   auto m = root + "/message";
   dice::context_delta d;
   d.sender = 2;
-  d.epoch = 9;
+  d.incarnation = 9;
   d.seq = 1;
   d.sender_roles = dice::role_set{dice::role::collector};
   d.env_step = 4;

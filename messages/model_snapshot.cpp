@@ -1,9 +1,9 @@
 #include "dice/messages/model_snapshot.hpp"
 
-#include "dice/errc.hpp"
+#include "dice/core/errc.hpp"
 #include "dice/messages/finish.hpp"
 #include "dice/messages/storage_ref.hpp"
-#include "dice/trust.hpp"
+#include "dice/security/trust.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -50,7 +50,7 @@ bool operator==(const tensor_entry& x, const tensor_entry& y) {
 }
 
 bool operator==(const model_snapshot& x, const model_snapshot& y) {
-  return x.sender == y.sender && x.epoch == y.epoch && x.version == y.version
+  return x.sender == y.sender && x.incarnation == y.incarnation && x.version == y.version
     && x.send_time_ns == y.send_time_ns && x.index == y.index
     && x.data == y.data;
 }
@@ -143,12 +143,12 @@ void snapshot_builder::add(std::string name, dtype type,
 }
 
 model_snapshot snapshot_builder::build(std::uint32_t sender,
-                                       std::uint64_t epoch,
+                                       std::uint64_t incarnation,
                                        std::int64_t version,
                                        std::int64_t send_time_ns) {
   model_snapshot result;
   result.sender = sender;
-  result.epoch = epoch;
+  result.incarnation = incarnation;
   result.version = version;
   result.send_time_ns = send_time_ns;
   result.index = std::move(index_);

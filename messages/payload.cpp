@@ -17,7 +17,7 @@ std::uint64_t item_count(const std::vector<payload>& xs) {
 }
 
 bool operator==(const context_delta& x, const context_delta& y) {
-  return x.sender == y.sender && x.epoch == y.epoch && x.seq == y.seq
+  return x.sender == y.sender && x.incarnation == y.incarnation && x.seq == y.seq
     && x.base == y.base && x.sender_roles == y.sender_roles
     && x.env_step == y.env_step && x.env_episode == y.env_episode
     && x.train_iter == y.train_iter && x.trajectories == y.trajectories

@@ -1,6 +1,6 @@
 #include "dice/net/data_auth.hpp"
 
-#include "dice/auth.hpp"
+#include "dice/security/auth.hpp"
 
 #include <openssl/evp.h>
 

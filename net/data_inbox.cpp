@@ -1,7 +1,7 @@
 #include "data_inbox.hpp"
 
-#include "dice/errc.hpp"
-#include "dice/log.hpp"
+#include "dice/core/errc.hpp"
+#include "dice/logging/log.hpp"
 #include "dice/net/data_plane.hpp"
 
 #include "caf/event_based_actor.hpp"
@@ -50,7 +50,7 @@ struct ready_bytes {
 };
 
 struct peer_inbox {
-  std::uint64_t epoch = 0;
+  std::uint64_t link_gen = 0;
   bool up = false;
   // Highest transfer id received whole (ids only grow per sender).
   std::uint64_t highest = 0;
@@ -78,35 +78,35 @@ caf::behavior data_inbox(caf::stateful_actor<inbox_state>* self,
                             "transfer " + std::to_string(id) + ": " + why));
     p.waiters.clear();
   };
-  // Stopping fails every open claim at once: a bus awaiting one handles
+  // Stopping fails every open claim at once: a router awaiting one handles
   // nothing else until it is answered.
   self->set_exit_handler([=](caf::exit_msg& em) {
     for (auto& [peer, p] : self->state.peers)
       fail_waiters(p, "the data plane stopped");
     self->quit(em.reason);
   });
-  // Only this node's data plane and bus talk to the inbox: its handle is
+  // Only this node's data plane and router talk to the inbox: its handle is
   // never sent to another node.
   auto local = [=] {
     auto& src = self->current_sender();
     return !src || src->node() == self->node();
   };
   return {
-    [=](data_up_atom, std::uint32_t peer, std::uint64_t epoch,
+    [=](data_up_atom, std::uint32_t peer, std::uint64_t link_gen,
         std::shared_ptr<data_budget> budget) {
       if (!local())
         return;
       auto& p = self->state.peers[peer];
-      p.epoch = epoch;
+      p.link_gen = link_gen;
       p.up = true;
       p.budget = std::move(budget);
     },
-    [=](data_ready_atom, std::uint32_t peer, std::uint64_t epoch,
+    [=](data_ready_atom, std::uint32_t peer, std::uint64_t link_gen,
         std::uint64_t id, shared_bytes& bytes) {
       if (!local())
         return;
       auto i = self->state.peers.find(peer);
-      if (i == self->state.peers.end() || i->second.epoch != epoch)
+      if (i == self->state.peers.end() || i->second.link_gen != link_gen)
         return; // a link of a lost peer; its budget dies with it
       auto& p = i->second;
       p.highest = std::max(p.highest, id);
@@ -122,12 +122,12 @@ caf::behavior data_inbox(caf::stateful_actor<inbox_state>* self,
       }
       p.ready.emplace(id, ready_bytes{std::move(bytes), p.budget});
     },
-    [=](data_down_atom, std::uint32_t peer, std::uint64_t epoch,
+    [=](data_down_atom, std::uint32_t peer, std::uint64_t link_gen,
         const std::string& why) {
       if (!local())
         return;
       auto i = self->state.peers.find(peer);
-      if (i == self->state.peers.end() || i->second.epoch != epoch)
+      if (i == self->state.peers.end() || i->second.link_gen != link_gen)
         return;
       i->second.up = false;
       fail_waiters(i->second, "the data connection ended (" + why + ")");

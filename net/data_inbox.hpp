@@ -1,7 +1,7 @@
 #pragma once
 
 // Internal to the data plane: the actor that pairs bytes read from a data
-// connection with the bus's claims for them (net/data_plane.hpp), and the
+// connection with the router's claims for them (net/data_plane.hpp), and the
 // per-peer byte budget its readers wait on.
 
 #include "dice/messages/shared_bytes.hpp"
@@ -20,7 +20,7 @@
 namespace dice::net {
 
 /// Bytes received from one peer and not yet claimed: a reader acquires
-/// before it allocates, the inbox releases when the bus claims or drops.
+/// before it allocates, the inbox releases when the router claims or drops.
 class data_budget {
  public:
   /// At most `cap` bytes at once.
@@ -48,7 +48,7 @@ class data_budget {
   bool closed_ = false;
 };
 
-/// A reader's link to `peer` is up (epoch identifies the link).
+/// A reader's link to `peer` is up (link_gen identifies the link).
 using data_up_atom = caf::atom_constant<caf::atom("dataUp")>;
 /// A reader received a whole transfer.
 using data_ready_atom = caf::atom_constant<caf::atom("dataReady")>;

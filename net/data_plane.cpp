@@ -1,13 +1,13 @@
 #include "dice/net/data_plane.hpp"
 
-#include "dice/auth.hpp"
-#include "dice/errc.hpp"
-#include "dice/log.hpp"
+#include "dice/security/auth.hpp"
+#include "dice/core/errc.hpp"
+#include "dice/logging/log.hpp"
 #include "dice/messages/snapshot_chunk.hpp"
 #include "dice/net/data_wire.hpp"
 #include "dice/net/dialer.hpp"
 #include "dice/net/socket.hpp"
-#include "dice/trust.hpp"
+#include "dice/security/trust.hpp"
 
 #include "caf/send.hpp"
 
@@ -249,7 +249,7 @@ struct data_plane::in_link {
   std::uint32_t peer = 0;
   int fd = -1;
   ssl_ptr ssl;
-  std::uint64_t epoch = 0;
+  std::uint64_t link_gen = 0;
   std::shared_ptr<data_budget> budget;
   // The acceptor's ack to write first (acceptor side), or the ack to read
   // and check first (dialer side); empty: none.
@@ -560,13 +560,13 @@ void data_plane::add_in(std::uint32_t peer, int fd, ssl_ptr ssl,
       ::close(fd);
       return;
     }
-    link->epoch = ++next_epoch_;
+    link->link_gen = ++next_link_gen_;
     if (auto i = in_.find(peer); i != in_.end()) {
       ::shutdown(i->second->fd, SHUT_RDWR);
       i->second->budget->close();
     }
     in_[peer] = link;
-    caf::anon_send(inbox_, data_up_atom::value, peer, link->epoch,
+    caf::anon_send(inbox_, data_up_atom::value, peer, link->link_gen,
                    link->budget);
     threads_.push_back(plane_thread([this, link] {
       run_reader(link);
@@ -798,7 +798,7 @@ void data_plane::run_reader(std::shared_ptr<in_link> link) {
   auto ssl = link->ssl.get();
   if (!link->ack_out.empty() && !write_bytes(link->fd, ssl, link->ack_out)) {
     ::close(link->fd);
-    caf::anon_send(inbox_, data_down_atom::value, link->peer, link->epoch,
+    caf::anon_send(inbox_, data_down_atom::value, link->peer, link->link_gen,
                    std::string{"failed at the ack"});
     return;
   }
@@ -817,7 +817,7 @@ void data_plane::run_reader(std::shared_ptr<in_link> link) {
                     got ? "the peer did not prove this control session"
                         : "the peer refused the data connection");
       ::close(link->fd);
-      caf::anon_send(inbox_, data_down_atom::value, link->peer, link->epoch,
+      caf::anon_send(inbox_, data_down_atom::value, link->peer, link->link_gen,
                      std::string{"refused"});
       return;
     }
@@ -885,7 +885,7 @@ void data_plane::run_reader(std::shared_ptr<in_link> link) {
       c.bytes_received += r->size;
       ++c.transfers_received;
       ++c.shm_received;
-      caf::anon_send(inbox_, data_ready_atom::value, link->peer, link->epoch,
+      caf::anon_send(inbox_, data_ready_atom::value, link->peer, link->link_gen,
                      r->id, shared_bytes{std::move(*buf)});
       continue;
     }
@@ -942,12 +942,12 @@ void data_plane::run_reader(std::shared_ptr<in_link> link) {
     }
     c.bytes_received += h->size;
     ++c.transfers_received;
-    caf::anon_send(inbox_, data_ready_atom::value, link->peer, link->epoch,
+    caf::anon_send(inbox_, data_ready_atom::value, link->peer, link->link_gen,
                    h->id, shared_bytes{std::move(buf)});
   }
   ::shutdown(link->fd, SHUT_RDWR);
   ::close(link->fd);
-  caf::anon_send(inbox_, data_down_atom::value, link->peer, link->epoch, why);
+  caf::anon_send(inbox_, data_down_atom::value, link->peer, link->link_gen, why);
   std::lock_guard<std::mutex> guard{mtx_};
   if (auto i = in_.find(link->peer); i != in_.end() && i->second == link)
     in_.erase(i);

@@ -1,8 +1,8 @@
 #include "data_shm.hpp"
 
-#include "dice/auth.hpp"
-#include "dice/errc.hpp"
-#include "dice/fd_io.hpp"
+#include "dice/security/auth.hpp"
+#include "dice/core/errc.hpp"
+#include "dice/storage/fd_io.hpp"
 
 #include <fcntl.h>
 #include <sys/mman.h>

@@ -1,6 +1,6 @@
 #include "data_tls.hpp"
 
-#include "dice/errc.hpp"
+#include "dice/core/errc.hpp"
 
 #include <openssl/err.h>
 

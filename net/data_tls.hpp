@@ -6,7 +6,7 @@
 // !MD5"), on a blocking socket that already passed dice's preamble. OpenSSL
 // does the work; only the settings live here.
 
-#include "dice/auth.hpp"
+#include "dice/security/auth.hpp"
 #include "dice/net/data_plane.hpp"
 
 #include "caf/expected.hpp"

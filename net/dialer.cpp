@@ -1,12 +1,12 @@
 #include "dice/net/dialer.hpp"
 
-#include "dice/auth.hpp"
-#include "dice/errc.hpp"
-#include "dice/log.hpp"
+#include "dice/security/auth.hpp"
+#include "dice/core/errc.hpp"
+#include "dice/logging/log.hpp"
 #include "dice/net/handover.hpp"
 #include "dice/net/preamble.hpp"
 #include "dice/net/socket.hpp"
-#include "dice/trust.hpp"
+#include "dice/security/trust.hpp"
 
 #include "caf/blocking_actor.hpp"
 #include "caf/event_based_actor.hpp"
@@ -69,7 +69,7 @@ void dial_worker(caf::blocking_actor* self, dialer_config cfg,
     auto where = host + ":" + std::to_string(port);
     auto report = [&](caf::error err) {
       // Refusals are configuration errors a user must see; unreachable
-      // peers are retried by the bus and only logged at debug level.
+      // peers are retried by the router and only logged at debug level.
       if (is(err, errc::unauthorized) || is(err, errc::handshake_failed))
         log::error(cfg.node,
                    "handshake with " + where + " refused: " + render(err));

@@ -1,6 +1,6 @@
 #include "dice/net/handover.hpp"
 
-#include "dice/errc.hpp"
+#include "dice/core/errc.hpp"
 
 #include "caf/io/basp_broker.hpp"
 #include "caf/io/middleman.hpp"

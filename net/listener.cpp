@@ -1,10 +1,10 @@
 #include "dice/net/listener.hpp"
 
-#include "dice/auth.hpp"
-#include "dice/errc.hpp"
-#include "dice/log.hpp"
+#include "dice/security/auth.hpp"
+#include "dice/core/errc.hpp"
+#include "dice/logging/log.hpp"
 #include "dice/net/socket.hpp"
-#include "dice/trust.hpp"
+#include "dice/security/trust.hpp"
 
 #include <fcntl.h>
 #include <netdb.h>

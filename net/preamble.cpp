@@ -1,7 +1,7 @@
 #include "dice/net/preamble.hpp"
 
-#include "dice/auth.hpp"
-#include "dice/errc.hpp"
+#include "dice/security/auth.hpp"
+#include "dice/core/errc.hpp"
 
 #include <algorithm>
 #include <cstring>

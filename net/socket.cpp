@@ -1,6 +1,6 @@
 #include "dice/net/socket.hpp"
 
-#include "dice/errc.hpp"
+#include "dice/core/errc.hpp"
 
 #include <arpa/inet.h>
 #include <netdb.h>

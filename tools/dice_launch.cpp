@@ -26,7 +26,7 @@
 // DICE_RESTART_COUNT=k in its environment), after --restart-backoff
 // seconds doubling per restart of that node (capped at 30 s), up to N
 // times; then the launcher stops the run and exits non-zero. Once any node
-// exited 0, or logged "run finished by node ..." (dice's bus does when the
+// exited 0, or logged "run finished by node ..." (dice's router does when the
 // run ends), the run is over and nothing is restarted. Every node runs in
 // its own process group: a dead node's leftovers and, on SIGINT/SIGTERM,
 // every node's whole group are signalled; groups still alive after

@@ -1,7 +1,7 @@
 #include "evals.hpp"
 
-#include "dice/errc.hpp"
-#include "dice/log.hpp"
+#include "dice/core/errc.hpp"
+#include "dice/logging/log.hpp"
 
 #include <exception>
 #include <iostream>

@@ -4,7 +4,7 @@
 // best.pt / best.json on a new best, ending the run at the stop value, and
 // printing an --eval-only run. The caller saves its own network type.
 
-#include "dice/middleware.hpp"
+#include "dice/runtime/middleware.hpp"
 
 #include "caf/expected.hpp"
 

@@ -361,7 +361,7 @@ void dqn_learner::load_state(const std::string& path) {
   updates_ = updates.item<std::int64_t>();
 }
 
-void save_checkpoint(q_network& net, const std::string& path) {
+void save_q_network(q_network& net, const std::string& path) {
   auto tmp = path + ".tmp";
   // torch::save takes the module as a shared_ptr<Module>, not its holder.
   std::shared_ptr<torch::nn::Module> m = net.ptr();
@@ -370,7 +370,7 @@ void save_checkpoint(q_network& net, const std::string& path) {
     throw std::runtime_error("cannot rename " + tmp + " to " + path);
 }
 
-void load_checkpoint(q_network& net, const std::string& path) {
+void load_q_network(q_network& net, const std::string& path) {
   // torch::load replaces tensors wholesale (set_), shapes included: load
   // into a scratch network and copy only if every shape matches.
   q_network tmp{net->fc1->options.out_features()};

@@ -248,9 +248,9 @@ class dqn_learner {
 };
 
 /// Writes `net` to `path` atomically (a temporary file, then rename).
-void save_checkpoint(q_network& net, const std::string& path);
+void save_q_network(q_network& net, const std::string& path);
 
 /// Loads `path` into `net`; throws on a missing or unfit file.
-void load_checkpoint(q_network& net, const std::string& path);
+void load_q_network(q_network& net, const std::string& path);
 
 } // namespace dqn

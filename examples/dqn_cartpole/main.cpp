@@ -20,11 +20,11 @@
 // OUT/metrics-ID.jsonl and OUT/summary-ID.json instead of the first and
 // third (the learner writes latest.pt, the evaluator best.pt and the plot).
 
-#include "dice/main.hpp"
+#include "dice/runtime/main.hpp"
 
-#include "dice/actors/node.hpp"
-#include "dice/errc.hpp"
-#include "dice/log.hpp"
+#include "dice/runtime/node.hpp"
+#include "dice/core/errc.hpp"
+#include "dice/logging/log.hpp"
 #include "dice/type_ids.hpp"
 
 #include "caf/actor_system.hpp"

@@ -1,15 +1,15 @@
 // The distributed DQN run: wires learner, evaluator and collectors as dice
 // role actors, and reports progress, metrics, checkpoints and the plot.
 
-#include "dice/actors/context_exchanger.hpp"
-#include "dice/actors/learner_hello.hpp"
-#include "dice/actors/local_cluster.hpp"
-#include "dice/actors/model_exchanger.hpp"
-#include "dice/actors/node.hpp"
-#include "dice/actors/periodical_model_exchanger.hpp"
-#include "dice/errc.hpp"
-#include "dice/log.hpp"
-#include "dice/middleware.hpp"
+#include "dice/exchangers/context_exchanger.hpp"
+#include "dice/exchangers/learner_hello.hpp"
+#include "dice/runtime/local_cluster.hpp"
+#include "dice/exchangers/model_exchanger.hpp"
+#include "dice/runtime/node.hpp"
+#include "dice/exchangers/periodical_model_exchanger.hpp"
+#include "dice/core/errc.hpp"
+#include "dice/logging/log.hpp"
+#include "dice/runtime/middleware.hpp"
 #include "dice/torch/model.hpp"
 
 #include "caf/actor_system.hpp"
@@ -234,7 +234,7 @@ dice::middleware train_step(std::shared_ptr<shared_run> run, q_network net,
     void save(const dice::context& ctx) {
       try {
         learner.save_state(path_in(run->opts, "learner.pt"));
-        save_checkpoint(learner.online(), path_in(run->opts, "latest.pt"));
+        save_q_network(learner.online(), path_in(run->opts, "latest.pt"));
         demo::write_json(path_in(run->opts, "latest.json"),
                          {{"env_step", ctx.env_step},
                           {"train_iter", ctx.train_iter},
@@ -487,7 +487,7 @@ dice::middleware eval_step(std::shared_ptr<shared_run> run, q_network net,
                        {"eval_return_max", pt.max}});
     demo::report_eval(st->node, pt, best, solved, run.opts.out,
                       [&](const std::string& path) {
-                        save_checkpoint(st->net, path);
+                        save_q_network(st->net, path);
                       });
     demo::stop_when_solved(*st->svc, st->node, solved, run.opts.stop_value,
                            pt.seconds);
@@ -499,7 +499,7 @@ dice::middleware eval_step(std::shared_ptr<shared_run> run, q_network net,
 q_network make_net(const run_options& opts, const std::string& resume_from) {
   q_network net{opts.algo.hidden};
   if (!resume_from.empty())
-    load_checkpoint(net, resume_from);
+    load_q_network(net, resume_from);
   return net;
 }
 
@@ -683,7 +683,7 @@ caf::expected<run_summary> run_training(caf::actor_system& sys,
     } else {
       // Rank 0 is node 0 (it alone publishes models); ranks 1.. follow the
       // collectors' ids. Each learner is its own node: the group forms
-      // through the bus and all-reduces over loopback.
+      // through the router and all-reduces over loopback.
       auto mode = opts.reduce == "flat" ? dice::reduce_mode::flat
                                         : dice::reduce_mode::bucketed;
       for (std::uint32_t r = 0; r < opts.learners; ++r) {
@@ -950,7 +950,7 @@ caf::expected<std::vector<double>> run_eval_only(const std::string& checkpoint,
                                                  int episodes) {
   q_network net{opts.algo.hidden};
   try {
-    load_checkpoint(net, checkpoint);
+    load_q_network(net, checkpoint);
   } catch (const std::exception& e) {
     return dice::make_error(dice::errc::invalid_config,
                             "cannot load " + checkpoint + ": " + e.what());

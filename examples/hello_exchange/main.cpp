@@ -10,16 +10,16 @@
 // others collectors. Each role actor prints one JSON line with its final
 // counters.
 
-#include "dice/main.hpp"
+#include "dice/runtime/main.hpp"
 
-#include "dice/actors/context_exchanger.hpp"
-#include "dice/actors/learner_hello.hpp"
-#include "dice/actors/local_cluster.hpp"
-#include "dice/actors/model_exchanger.hpp"
-#include "dice/actors/node.hpp"
+#include "dice/exchangers/context_exchanger.hpp"
+#include "dice/exchangers/learner_hello.hpp"
+#include "dice/runtime/local_cluster.hpp"
+#include "dice/exchangers/model_exchanger.hpp"
+#include "dice/runtime/node.hpp"
 #include "dice/actors/storage_loader.hpp"
-#include "dice/errc.hpp"
-#include "dice/log.hpp"
+#include "dice/core/errc.hpp"
+#include "dice/logging/log.hpp"
 #include "dice/torch/model.hpp"
 #include "dice/type_ids.hpp"
 
@@ -103,21 +103,21 @@ dice::middleware collect(mlp net, std::uint32_t node, bool trace = false) {
 }
 
 /// First in a collector's pipeline, so its after-part runs once the context
-/// exchanger spooled this iteration's delta and handed it to the bus: tests
-/// count what a collector killed later had published (and, by its epoch,
+/// exchanger spooled this iteration's delta and handed it to the router: tests
+/// count what a collector killed later had published (and, by its incarnation,
 /// which of its spooled deltas its successor recovered).
 dice::middleware published_trace(std::uint32_t node) {
-  auto epoch = std::make_shared<std::uint64_t>(0);
+  auto incarnation = std::make_shared<std::uint64_t>(0);
   dice::middleware m;
   m.name = "published_trace";
-  m.attach = [epoch](dice::node_services& svc) {
-    *epoch = svc.epoch();
+  m.attach = [incarnation](dice::node_services& svc) {
+    *incarnation = svc.incarnation();
   };
-  m.after = [node, epoch](dice::context& ctx) {
+  m.after = [node, incarnation](dice::context& ctx) {
     dice::log::info(node,
                     "published iteration " + std::to_string(ctx.total_step)
-                      + " env_step " + std::to_string(ctx.env_step) + " epoch "
-                      + std::to_string(*epoch));
+                      + " env_step " + std::to_string(ctx.env_step) + " incarnation "
+                      + std::to_string(*incarnation));
   };
   return m;
 }

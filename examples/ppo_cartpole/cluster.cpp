@@ -4,14 +4,14 @@
 // collectors' deltas merged into and sends its model through
 // periodical_model_exchanger; collectors load it from there.
 
-#include "dice/actors/context_exchanger.hpp"
-#include "dice/actors/local_cluster.hpp"
-#include "dice/actors/model_exchanger.hpp"
-#include "dice/actors/node.hpp"
-#include "dice/actors/periodical_model_exchanger.hpp"
-#include "dice/errc.hpp"
-#include "dice/log.hpp"
-#include "dice/middleware.hpp"
+#include "dice/exchangers/context_exchanger.hpp"
+#include "dice/runtime/local_cluster.hpp"
+#include "dice/exchangers/model_exchanger.hpp"
+#include "dice/runtime/node.hpp"
+#include "dice/exchangers/periodical_model_exchanger.hpp"
+#include "dice/core/errc.hpp"
+#include "dice/logging/log.hpp"
+#include "dice/runtime/middleware.hpp"
 #include "dice/torch/checkpoint.hpp"
 #include "dice/torch/model.hpp"
 
@@ -284,7 +284,7 @@ caf::expected<std::vector<double>> run_eval_only(const std::string& checkpoint,
                                                  const run_options& opts) {
   actor_critic net{opts.algo.hidden};
   // Names, shapes and dtypes are checked before anything is written.
-  auto snap = dice::load_checkpoint(checkpoint);
+  auto snap = dice::load_pytorch_checkpoint(checkpoint);
   auto err = snap ? dice::load_snapshot(*net, *snap) : snap.error();
   if (err)
     return dice::make_error(dice::errc::invalid_config,

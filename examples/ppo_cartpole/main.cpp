@@ -19,11 +19,11 @@
 // gnuplot), OUT/latest.pt and OUT/best.pt; as a cluster node,
 // OUT/metrics-ID.jsonl and OUT/summary-ID.json instead of the first two.
 
-#include "dice/main.hpp"
+#include "dice/runtime/main.hpp"
 
-#include "dice/actors/node.hpp"
-#include "dice/errc.hpp"
-#include "dice/log.hpp"
+#include "dice/runtime/node.hpp"
+#include "dice/core/errc.hpp"
+#include "dice/logging/log.hpp"
 
 #include "caf/actor_system.hpp"
 #include "caf/actor_system_config.hpp"

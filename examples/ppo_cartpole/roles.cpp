@@ -3,8 +3,8 @@
 
 #include "roles.hpp"
 
-#include "dice/errc.hpp"
-#include "dice/log.hpp"
+#include "dice/core/errc.hpp"
+#include "dice/logging/log.hpp"
 #include "dice/torch/checkpoint.hpp"
 #include "dice/torch/model.hpp"
 
@@ -20,13 +20,13 @@ using demo::fixed;
 using demo::json;
 
 /// Writes `net`'s state_dict as a checkpoint Python's `torch.load` reads
-/// (a dict of tensors; dice::save_checkpoint, docs/storage.md), through a
+/// (a dict of tensors; dice::save_pytorch_checkpoint, docs/storage.md), through a
 /// temporary file and a rename. Throws std::runtime_error.
-void save_checkpoint(actor_critic& net, const std::string& path) {
+void save_actor_critic(actor_critic& net, const std::string& path) {
   auto snap = dice::to_snapshot(*net);
   if (!snap)
     throw std::runtime_error(dice::render(snap.error()));
-  if (auto err = dice::save_checkpoint(*snap, path))
+  if (auto err = dice::save_pytorch_checkpoint(*snap, path))
     throw std::runtime_error(dice::render(err));
 }
 
@@ -129,7 +129,7 @@ dice::middleware train_step(std::shared_ptr<shared_run> run, actor_critic net,
 
     void save(const dice::context& ctx) {
       try {
-        save_checkpoint(learner.net(),
+        save_actor_critic(learner.net(),
                         demo::path_in(run->opts.out, "latest.pt"));
         demo::write_json(demo::path_in(run->opts.out, "latest.json"),
                          {{"env_step", ctx.env_step},
@@ -322,7 +322,7 @@ dice::middleware eval_step(std::shared_ptr<shared_run> run, actor_critic net,
                        {"eval_return_max", pt.max}});
     demo::report_eval(st->node, pt, best, solved, run.opts.out,
                       [&](const std::string& path) {
-                        save_checkpoint(st->net, path);
+                        save_actor_critic(st->net, path);
                       });
     demo::stop_when_solved(*st->svc, st->node, solved, run.opts.stop_value,
                            pt.seconds);

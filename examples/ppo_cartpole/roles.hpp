@@ -5,8 +5,8 @@
 // context, the evaluator plays greedy episodes. Internal to ppo_cartpole
 // (cluster.cpp wires them); torch-using.
 
-#include "dice/context.hpp"
-#include "dice/middleware.hpp"
+#include "dice/core/context.hpp"
+#include "dice/runtime/middleware.hpp"
 
 #include "options.hpp"
 #include "outputs.hpp"
@@ -57,9 +57,9 @@ struct shared_run {
 };
 
 /// Writes `net`'s state_dict as a checkpoint Python's `torch.load` reads
-/// (dice::save_checkpoint), through a temporary file and a rename. Throws
+/// (dice::save_pytorch_checkpoint), through a temporary file and a rename. Throws
 /// std::runtime_error.
-void save_checkpoint(actor_critic& net, const std::string& path);
+void save_actor_critic(actor_critic& net, const std::string& path);
 
 /// Learner iterations the acting model's weights have seen: the
 /// exchanger's id + 1, 0 for the initial weights (id -1).

@@ -1,6 +1,6 @@
 #include "segment.hpp"
 
-#include "dice/errc.hpp"
+#include "dice/core/errc.hpp"
 
 #include <algorithm>
 #include <cmath>

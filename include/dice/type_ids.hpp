@@ -13,8 +13,8 @@
 #include "dice/messages/peer_hello.hpp"
 #include "dice/messages/snapshot_chunk.hpp"
 #include "dice/messages/storage_ref.hpp"
-#include "dice/node_report.hpp"
-#include "dice/role.hpp"
+#include "dice/core/node_report.hpp"
+#include "dice/core/role.hpp"
 
 #include "caf/actor_system_config.hpp"
 #include "caf/type_id.hpp"
@@ -33,33 +33,33 @@ CAF_BEGIN_TYPE_ID_BLOCK(dice, caf::first_custom_type_id)
   CAF_ADD_TYPE_ID(dice, (dice::snapshot_chunk))
   CAF_ADD_TYPE_ID(dice, (dice::peer_event))
 
-  /// Subscribes an actor to a topic on a bus.
+  /// Subscribes an actor to a topic on a router.
   CAF_ADD_ATOM(dice, dice, subscribe_atom, "subscribe")
-  /// Publishes a message on a topic through a bus.
+  /// Publishes a message on a topic through a router.
   CAF_ADD_ATOM(dice, dice, publish_atom, "publish")
-  /// Registers a role actor with its node's bus.
+  /// Registers a role actor with its node's router.
   CAF_ADD_ATOM(dice, dice, join_atom, "join")
   /// Lets a role actor begin its first iteration.
   CAF_ADD_ATOM(dice, dice, start_atom, "start")
-  /// Asks a role actor whether it has joined its bus.
+  /// Asks a role actor whether it has joined its router.
   CAF_ADD_ATOM(dice, dice, ready_atom, "ready")
   /// Internal: run the next pipeline iteration.
   CAF_ADD_ATOM(dice, dice, iterate_atom, "iterate")
   /// Internal: a wait's deadline has passed.
   CAF_ADD_ATOM(dice, dice, deadline_atom, "deadline")
-  /// A member will publish nothing more; from the bus: every member is done.
+  /// A member will publish nothing more; from the router: every member is done.
   CAF_ADD_ATOM(dice, dice, done_atom, "done")
   /// Asks for a node's report.
   CAF_ADD_ATOM(dice, dice, report_atom, "report")
-  /// Handshake between the buses of two nodes.
+  /// Handshake between the routers of two nodes.
   CAF_ADD_ATOM(dice, dice, hello_atom, "hello")
-  /// A message a peer node's bus forwards to this node.
+  /// A message a peer node's router forwards to this node.
   CAF_ADD_ATOM(dice, dice, forward_atom, "forward")
-  /// Asks a bus to connect (and stay connected) to a peer node.
+  /// Asks a router to connect (and stay connected) to a peer node.
   CAF_ADD_ATOM(dice, dice, attach_atom, "attach")
-  /// Asks a bus about its peers (waits for a minimum number).
+  /// Asks a router about its peers (waits for a minimum number).
   CAF_ADD_ATOM(dice, dice, peers_atom, "peers")
-  /// Internal: a bus timer (reconnect, peer loss) fired.
+  /// Internal: a router timer (reconnect, peer loss) fired.
   CAF_ADD_ATOM(dice, dice, tick_atom, "tick")
   /// Asks a loader to store data and return (or publish) its storage_ref.
   CAF_ADD_ATOM(dice, dice, save_atom, "save")
@@ -69,9 +69,9 @@ CAF_BEGIN_TYPE_ID_BLOCK(dice, caf::first_custom_type_id)
   CAF_ADD_ATOM(dice, dice, flush_atom, "flush")
   /// Internal: a timer a middleware scheduled on its role actor fired.
   CAF_ADD_ATOM(dice, dice, timer_atom, "timer")
-  /// Asks a bus for its gate (the one actor of a node that peers address).
+  /// Asks a router for its gate (the one actor of a node that peers address).
   CAF_ADD_ATOM(dice, dice, gate_atom, "gate")
-  /// A bus asks its gate to send a handshake request to a peer in the gate's
+  /// A router asks its gate to send a handshake request to a peer in the gate's
   /// name.
   CAF_ADD_ATOM(dice, dice, ask_atom, "ask")
 

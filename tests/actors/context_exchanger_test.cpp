@@ -1,7 +1,7 @@
 // Deterministic tests of the context exchanger (spec §1.1) on CAF's test
 // coordinator: every wait is a delayed message on a fake clock.
 
-#include "dice/actors/context_exchanger.hpp"
+#include "dice/exchangers/context_exchanger.hpp"
 #include "dice/messages/context_delta.hpp"
 
 #include "support/deterministic.hpp"
@@ -47,12 +47,12 @@ class ContextExchangerTest : public dice::test::deterministic {
 // collectors' increments it merged; collectors take the learner's train_iter.
 TEST_F(ContextExchangerTest,
        LockstepLearnerSumsIncrementsCollectorsSeeTrainIter) {
-  auto bus = spawn_bus();
+  auto router = spawn_router();
   auto llog = make_log(), c2log = make_log(), c3log = make_log();
-  auto learner = spawn_role(bus, 0, {role::learner}, learner_pipe(llog), 6);
-  auto c2 = spawn_role(bus, 2, {role::collector},
+  auto learner = spawn_role(router, 0, {role::learner}, learner_pipe(llog), 6);
+  auto c2 = spawn_role(router, 2, {role::collector},
                        collector_pipe(2, 3, {2}, c2log));
-  auto c3 = spawn_role(bus, 3, {role::collector},
+  auto c3 = spawn_role(router, 3, {role::collector},
                        collector_pipe(3, 5, {4}, c3log));
   start({learner, c2, c3});
   ASSERT_EQ(llog->size(), 6u);
@@ -93,7 +93,7 @@ TEST_F(ContextExchangerTest,
 // Spec §1.1 bug 1, fixed: trajectory_end_idx of several collectors index the
 // merged list.
 TEST_F(ContextExchangerTest, TrajectoryEndIdxIsOffsetAcrossCollectors) {
-  auto bus = spawn_bus();
+  auto router = spawn_router();
   auto llog = make_log();
   // A learner busy for 1 s (a slow training step) before it merges, so that
   // two collectors' deltas are waiting when it does.
@@ -101,7 +101,7 @@ TEST_F(ContextExchangerTest, TrajectoryEndIdxIsOffsetAcrossCollectors) {
   p.use(dice::test::busy_for(1s))
     .use(context_exchanger())
     .use(dice::test::probe(llog));
-  auto learner = spawn_role(bus, 0, {role::learner}, std::move(p), 1);
+  auto learner = spawn_role(router, 0, {role::learner}, std::move(p), 1);
   start({learner});
   context_delta a;
   a.sender = 2;
@@ -116,8 +116,8 @@ TEST_F(ContextExchangerTest, TrajectoryEndIdxIsOffsetAcrossCollectors) {
   b.trajectories = {pack(std::vector<int>{5, 6, 7}, 3)};
   b.env_step = 3;
   b.trajectory_end_idx = {2};
-  publish(bus, context_topic(role::collector), 2, a);
-  publish(bus, context_topic(role::collector), 3, b);
+  publish(router, context_topic(role::collector), 2, a);
+  publish(router, context_topic(role::collector), 3, b);
   EXPECT_TRUE(llog->empty());
   advance(1s);
   ASSERT_EQ(llog->size(), 1u);
@@ -133,11 +133,11 @@ TEST_F(ContextExchangerTest, TrajectoryEndIdxIsOffsetAcrossCollectors) {
 
 // Spec §1.1: collectors and evaluators wait only from iteration skip_n_iter.
 TEST_F(ContextExchangerTest, SkipNIterDelaysTheFirstWait) {
-  auto bus = spawn_bus();
+  auto router = spawn_router();
   auto log = make_log();
   context_exchanger_options opts;
   opts.skip_n_iter = 3;
-  auto c = spawn_role(bus, 2, {role::collector},
+  auto c = spawn_role(router, 2, {role::collector},
                       collector_pipe(2, 1, {0}, log, opts), 10);
   start({c});
   // Iterations 0, 1, 2 ran without waiting; iteration 3 waits for context.
@@ -150,7 +150,7 @@ TEST_F(ContextExchangerTest, SkipNIterDelaysTheFirstWait) {
   d.seq = 1;
   d.sender_roles = {role::learner};
   d.train_iter = 42;
-  publish(bus, context_topic(role::learner), 0, d);
+  publish(router, context_topic(role::learner), 0, d);
   ASSERT_EQ(log->size(), 4u);
   EXPECT_EQ(log->back().train_iter, 42);
   sink->send(c, finish{0, "test", false});
@@ -160,9 +160,9 @@ TEST_F(ContextExchangerTest, SkipNIterDelaysTheFirstWait) {
 // Spec §1.1: after 60 s without context a collector warns with its node id
 // and goes on; the fake clock makes this instant.
 TEST_F(ContextExchangerTest, CollectorTimeoutWarnsWithNodeIdAndGoesOn) {
-  auto bus = spawn_bus();
+  auto router = spawn_router();
   auto log = make_log();
-  auto c = spawn_role(bus, 7, {role::collector}, collector_pipe(7, 1, {0}, log),
+  auto c = spawn_role(router, 7, {role::collector}, collector_pipe(7, 1, {0}, log),
                       3);
   start({c});
   EXPECT_EQ(log->size(), 1u);
@@ -182,11 +182,11 @@ TEST_F(ContextExchangerTest, CollectorTimeoutWarnsWithNodeIdAndGoesOn) {
 // DESIGN §5, fixed: the learner's wait has a deadline (DI-engine waits
 // forever) ...
 TEST_F(ContextExchangerTest, LearnerWaitHasADeadline) {
-  auto bus = spawn_bus();
+  auto router = spawn_router();
   auto log = make_log();
   context_exchanger_options opts;
   opts.learner_timeout = 5s;
-  auto l = spawn_role(bus, 0, {role::learner}, learner_pipe(log, opts), 2);
+  auto l = spawn_role(router, 0, {role::learner}, learner_pipe(log, opts), 2);
   start({l});
   EXPECT_EQ(log->size(), 0u);
   advance(5s);
@@ -196,9 +196,9 @@ TEST_F(ContextExchangerTest, LearnerWaitHasADeadline) {
 
 // ... and honours finish: the learner stops at once instead of hanging.
 TEST_F(ContextExchangerTest, LearnerWaitEndsOnFinish) {
-  auto bus = spawn_bus();
+  auto router = spawn_router();
   auto log = make_log();
-  auto l = spawn_role(bus, 0, {role::learner}, learner_pipe(log), 0);
+  auto l = spawn_role(router, 0, {role::learner}, learner_pipe(log), 0);
   start({l});
   EXPECT_TRUE(state_of(l).pending.has_value());
   sink->send(l, finish{5, "stop_value", false});
@@ -212,13 +212,13 @@ TEST_F(ContextExchangerTest, LearnerWaitEndsOnFinish) {
 
 // Spec §1.1 table: which role keeps which field.
 TEST_F(ContextExchangerTest, FieldsARoleDoesNotAcceptAreIgnored) {
-  auto bus = spawn_bus();
+  auto router = spawn_router();
   auto clog = make_log(), elog = make_log(), llog = make_log();
-  auto c = spawn_role(bus, 2, {role::collector},
+  auto c = spawn_role(router, 2, {role::collector},
                       collector_pipe(2, 1, {0}, clog), 0);
   pipeline ep;
   ep.use(context_exchanger()).use(dice::test::probe(elog));
-  auto e = spawn_role(bus, 1, {role::evaluator}, std::move(ep), 0);
+  auto e = spawn_role(router, 1, {role::evaluator}, std::move(ep), 0);
   start({c, e});
   // A delta carrying every field, sent as if by a node holding every role.
   context_delta d;
@@ -232,7 +232,7 @@ TEST_F(ContextExchangerTest, FieldsARoleDoesNotAcceptAreIgnored) {
   d.trajectory_end_idx = {1};
   d.has_trajectory_end_idx = true;
   // On the learner topic: collectors and the evaluator hear it.
-  publish(bus, context_topic(role::learner), 9, d);
+  publish(router, context_topic(role::learner), 9, d);
   // Collector: takes train_iter only; its env_step stays its own count.
   ASSERT_GE(clog->size(), 2u);
   EXPECT_EQ(clog->back().train_iter, 77);
@@ -249,9 +249,9 @@ TEST_F(ContextExchangerTest, FieldsARoleDoesNotAcceptAreIgnored) {
   // (It runs one iteration; its finish then ends the run.)
   pipeline lp;
   lp.use(context_exchanger()).use(dice::test::probe(llog));
-  auto l = spawn_role(bus, 0, {role::learner}, std::move(lp), 1);
+  auto l = spawn_role(router, 0, {role::learner}, std::move(lp), 1);
   start({l});
-  publish(bus, context_topic(role::collector), 9, d);
+  publish(router, context_topic(role::collector), 9, d);
   ASSERT_EQ(llog->size(), 1u);
   // The collector's earlier deltas went to the evaluator only; it resends
   // them (after resend_timeout) to the learner, which acks them, before it
@@ -271,13 +271,13 @@ TEST_F(ContextExchangerTest, FieldsARoleDoesNotAcceptAreIgnored) {
 // Spec §1.0: no roles -> a warning and a void exchanger; several roles -> a
 // warning, and it works.
 TEST_F(ContextExchangerTest, RoleWarnings) {
-  auto bus = spawn_bus();
+  auto router = spawn_router();
   pipeline none;
   none.use(context_exchanger());
-  auto a = spawn_role(bus, 4, role_set{}, std::move(none), 2);
+  auto a = spawn_role(router, 4, role_set{}, std::move(none), 2);
   pipeline both;
   both.use(context_exchanger());
-  auto b = spawn_role(bus, 5, {role::learner, role::collector}, std::move(both),
+  auto b = spawn_role(router, 5, {role::learner, role::collector}, std::move(both),
                       1);
   start({a, b});
   EXPECT_EQ(logs.count("The task does not have any roles defined, the "

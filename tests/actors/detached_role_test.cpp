@@ -1,12 +1,12 @@
 // Role actors run on their own thread (issue 10, item 4): a middleware that
 // blocks (a gradient step, evaluation episodes, a checkpoint write) never
-// holds a worker of CAF's pool, which the bus routes on. Deterministic mode
+// holds a worker of CAF's pool, which the router routes on. Deterministic mode
 // keeps everything on the test coordinator regardless.
 
-#include "dice/actors/local_cluster.hpp"
-#include "dice/actors/scheduling.hpp"
+#include "dice/runtime/local_cluster.hpp"
+#include "dice/runtime/scheduling.hpp"
 #include "dice/actors/storage_loader.hpp"
-#include "dice/errc.hpp"
+#include "dice/core/errc.hpp"
 #include "dice/type_ids.hpp"
 
 #include "caf/actor_system.hpp"
@@ -85,7 +85,7 @@ TEST(DetachedRoles, TwoBlockingRoleActorsRunSideBySideOnAOneWorkerPool) {
 }
 
 // What detaching fixes: on the pool, the first blocked role actor holds the
-// only worker, so the second one (and the bus) cannot run until it gives
+// only worker, so the second one (and the router) cannot run until it gives
 // up.
 TEST(DetachedRoles, OnThePoolABlockedRoleActorStallsTheOthers) {
   rendezvous r;
@@ -107,11 +107,11 @@ TEST_F(DetachedDeterministic, DefaultSpawnsStayOnTheCoordinator) {
   sink->send(loader, flush_atom::value);
   EXPECT_TRUE(sched.has_job());
   EXPECT_GT(run(), 0u);
-  auto b = spawn_bus();
+  auto b = spawn_router();
   role_config rc;
   rc.node = 7;
   rc.roles = {role::collector};
-  rc.bus = b;
+  rc.router = b;
   rc.wait_for_start = true; // an empty pipeline would iterate forever
   ASSERT_TRUE(rc.detached);
   auto r = dice::spawn_role(sys, rc, pipeline{});

@@ -2,8 +2,8 @@
 // peer told to finish, nor for a run that ended by its budget. Programs pick
 // their exit code from it instead of parsing stop_reason.
 
-#include "dice/middleware.hpp"
-#include "dice/node_report.hpp"
+#include "dice/runtime/middleware.hpp"
+#include "dice/core/node_report.hpp"
 
 #include "support/deterministic.hpp"
 #include "support/probes.hpp"
@@ -31,15 +31,15 @@ middleware throws_at(std::int64_t step) {
 } // namespace
 
 TEST_F(NodeReport, OwnErrorFailsTheNodeAndNotThePeerItStops) {
-  auto bus = spawn_bus();
+  auto router = spawn_router();
   // The learner waits (an hour at most: the fake clock never gets there)
   // until the collector's failure finishes the run.
   pipeline lp;
   lp.use(dice::test::busy_for(std::chrono::hours{1}));
-  auto learner = spawn_role(bus, 0, {role::learner}, std::move(lp));
+  auto learner = spawn_role(router, 0, {role::learner}, std::move(lp));
   pipeline cp;
   cp.use(throws_at(2));
-  auto collector = spawn_role(bus, 2, {role::collector}, std::move(cp));
+  auto collector = spawn_role(router, 2, {role::collector}, std::move(cp));
   start({learner, collector});
   auto reps = reports();
   ASSERT_EQ(reps.size(), 2u);
@@ -54,10 +54,10 @@ TEST_F(NodeReport, OwnErrorFailsTheNodeAndNotThePeerItStops) {
 }
 
 TEST_F(NodeReport, MaxStepIsNoFailure) {
-  auto bus = spawn_bus();
+  auto router = spawn_router();
   pipeline p;
   p.use(void_middleware("work"));
-  auto node = spawn_role(bus, 0, {role::learner}, std::move(p), 3);
+  auto node = spawn_role(router, 0, {role::learner}, std::move(p), 3);
   start({node});
   auto reps = reports();
   ASSERT_EQ(reps.size(), 1u);

@@ -1,13 +1,13 @@
 // In-process supervision (--dice.max-restarts): a role actor whose
-// middleware throws is started again on the same bus with a fresh context,
+// middleware throws is started again on the same router with a fresh context,
 // rejoins, and counts as a restart; after N restarts the next exception
 // ends the run as before. Deterministic (test coordinator, fake clock),
 // then DI-engine's test_auto_recover through the public API on a threaded
 // actor system.
 
-#include "dice/actors/context_exchanger.hpp"
-#include "dice/actors/local_cluster.hpp"
-#include "dice/actors/node.hpp"
+#include "dice/exchangers/context_exchanger.hpp"
+#include "dice/runtime/local_cluster.hpp"
+#include "dice/runtime/node.hpp"
 
 #include "support/deterministic.hpp"
 #include "support/probes.hpp"

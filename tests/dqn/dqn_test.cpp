@@ -230,11 +230,11 @@ TEST(Checkpoint, SaveAndLoadRoundTrip) {
   q_network a{8};
   q_network b{8};
   auto path = (dir / "net.pt").string();
-  save_checkpoint(a, path);
-  load_checkpoint(b, path);
+  save_q_network(a, path);
+  load_q_network(b, path);
   EXPECT_TRUE(same_params(*a, *b));
   q_network wrong{16};
-  EXPECT_ANY_THROW(load_checkpoint(wrong, path));
+  EXPECT_ANY_THROW(load_q_network(wrong, path));
 }
 
 TEST(Greedy, RandomNetworkIsPoorAtCartpole) {

@@ -172,7 +172,7 @@ pid_t node_pid(pid_t launcher, int id) {
 }
 
 // dice-launch --workers 5 --learners 2: nodes 0 and 1 form the group over
-// loopback (rank 0's store address travels on the bus). Once rank 0 trains,
+// loopback (rank 0's store address travels on the router). Once rank 0 trains,
 // rank 1 is killed with SIGKILL: rank 0's step ends with an error (no
 // hang), it re-forms alone as generation 1, takes over rank 1's collectors
 // and the run ends by its budget with the group's env_step equal to what

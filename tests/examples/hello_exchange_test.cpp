@@ -185,7 +185,7 @@ TEST_P(LastDeltaProcesses, TwentyRunsLoseNothing) {
 
 INSTANTIATE_TEST_SUITE_P(Paths, LastDeltaProcesses, testing::Bool(),
                          [](const testing::TestParamInfo<bool>& info) {
-                           return info.param ? "Loader" : "Bus";
+                           return info.param ? "Loader" : "Router";
                          });
 
 } // namespace

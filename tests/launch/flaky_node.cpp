@@ -8,7 +8,7 @@
 //   --grandchild     first fork a child that only waits (it shares the
 //                    node's process group and has no parent-death signal)
 //   --ignore-term    ignore SIGTERM (the node and its grandchild)
-//   --finish-then-fail  log the end of the run as dice's bus does, then
+//   --finish-then-fail  log the end of the run as dice's router does, then
 //                    exit 3 (a node that crashes while stopping)
 //
 // It prints "flaky node ID pid P restart R" and, with --grandchild,

@@ -164,7 +164,7 @@ TEST(Supervision, ExitZeroAndTheEndOfTheRunAreNeverRestarted) {
 }
 
 TEST(Supervision, NodeThatFailsAfterTheRunFinishedIsNotRestarted) {
-  // It logged "run finished by node 0" (dice's bus does at the end of the
+  // It logged "run finished by node 0" (dice's router does at the end of the
   // run), then exited non-zero, as a node that crashes while stopping.
   process p{launch({"--workers", "1", "--topology", "alone", "--max-restarts",
                     "3", "--restart-backoff", "0.01"},
@@ -285,19 +285,19 @@ TEST(SupervisedCluster,
   ASSERT_TRUE(p.wait_for(std::regex{"node 3 started, pid ([0-9]+)"}, 30s, &m))
     << p.text();
   auto pid = static_cast<pid_t>(std::stol(m[1]));
-  // What each killed incarnation produced: the steps it handed to its bus
+  // What each killed incarnation produced: the steps it handed to its router
   // by its last "published" line (the context exchanger spools each delta
   // before it publishes it), plus a delta it spooled after that line, which
   // only its successor's "recovered" lines show.
   struct killed {
     long published = 0;
     long iteration = -1;
-    std::string epoch;
+    std::string incarnation;
   };
   std::vector<killed> kills;
   std::vector<double> back_after;
   auto published_re = std::regex{"^\\[node 3\\] .*published iteration "
-                                 "([0-9]+) env_step ([0-9]+) epoch ([0-9]+)"};
+                                 "([0-9]+) env_step ([0-9]+) incarnation ([0-9]+)"};
   for (int kill = 0; kill < 3; ++kill) {
     ASSERT_TRUE(
       p.wait_for(std::regex{"^\\[node 3\\] .*collect iteration 20 "}, 60s))
@@ -341,7 +341,7 @@ TEST(SupervisedCluster,
                                    "signal 9 \\(Killed\\); exit code 0"}),
             1u)
     << p.text();
-  // Each spooled delta a successor recovered, once per (epoch, seq): an
+  // Each spooled delta a successor recovered, once per (incarnation, seq): an
   // incarnation killed before the learner acknowledged what it republished
   // leaves it to the next one.
   std::map<std::pair<std::string, long>, long> recovered;
@@ -370,7 +370,7 @@ TEST(SupervisedCluster,
     // Iteration i published seq i + 1 (a collector sends one delta per
     // iteration).
     for (auto& [key, steps] : recovered)
-      if (key.first == k.epoch && key.second > k.iteration + 1) {
+      if (key.first == k.incarnation && key.second > k.iteration + 1) {
         made += steps;
         after_last_line += steps;
       }
@@ -386,7 +386,7 @@ TEST(SupervisedCluster,
             << " (lost " << made - got << ")" << std::endl;
   // Exactly once: what a killed incarnation published but the learner had
   // not acknowledged outlived it in the spool and was republished by its
-  // successor under its own epoch; the learner dropped what it had already.
+  // successor under its own incarnation; the learner dropped what it had already.
   EXPECT_EQ(got, made) << (got > made ? "duplicated " : "lost ")
                        << std::labs(got - made) << "\n"
                        << learner;

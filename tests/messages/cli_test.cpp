@@ -1,9 +1,9 @@
 // normalize_cli: `--key value` becomes `--key=value` for options that take a
 // value, so CAF 0.17's parser (which reads only the latter) takes both.
 
-#include "dice/actors/node.hpp"
-#include "dice/cli.hpp"
-#include "dice/errc.hpp"
+#include "dice/runtime/node.hpp"
+#include "dice/runtime/cli.hpp"
+#include "dice/core/errc.hpp"
 
 #include "caf/actor_system_config.hpp"
 

@@ -1,8 +1,8 @@
 // The JSON that dice prints (node reports, trust counters) is written by
 // nlohmann-json: it parses, whatever bytes the text fields hold.
 
-#include "dice/node_report.hpp"
-#include "dice/trust.hpp"
+#include "dice/core/node_report.hpp"
+#include "dice/security/trust.hpp"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>

@@ -1,7 +1,7 @@
 // dice::log: node ids in every line, lazy formatting, and a user sink that
 // is called without a dice lock held.
 
-#include "dice/log.hpp"
+#include "dice/logging/log.hpp"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>

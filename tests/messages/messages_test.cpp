@@ -2,7 +2,7 @@
 // caf::message (what BASP puts on the wire), plus the decoding guards for
 // hostile or truncated bytes. LibTorch-free.
 
-#include "dice/errc.hpp"
+#include "dice/core/errc.hpp"
 #include "dice/messages/context_delta.hpp"
 #include "dice/messages/finish.hpp"
 #include "dice/messages/learner_group_hello.hpp"
@@ -10,8 +10,8 @@
 #include "dice/messages/payload.hpp"
 #include "dice/messages/shared_bytes.hpp"
 #include "dice/messages/storage_ref.hpp"
-#include "dice/node_report.hpp"
-#include "dice/role.hpp"
+#include "dice/core/node_report.hpp"
+#include "dice/core/role.hpp"
 #include "dice/type_ids.hpp"
 
 #include "caf/actor_system.hpp"
@@ -204,7 +204,7 @@ TEST_F(Messages, PayloadRoundTrips) {
 TEST_F(Messages, ContextDeltaWithEveryFieldSetRoundTrips) {
   dice::context_delta x;
   x.sender = 5;
-  x.epoch = 1005;
+  x.incarnation = 1005;
   x.seq = 3;
   x.sender_roles = dice::role_set{dice::role::collector};
   x.env_step = 128;
@@ -378,7 +378,7 @@ TEST_F(Messages, HostileSnapshotLengthIsRefused) {
   auto x = small_snapshot();
   // The data length is the varbyte right after the index; rebuild the frame
   // with a huge length in its place.
-  auto head = save(model_snapshot{x.sender, x.epoch, x.version, x.send_time_ns,
+  auto head = save(model_snapshot{x.sender, x.incarnation, x.version, x.send_time_ns,
                                   x.index, shared_bytes{}});
   ASSERT_GT(head.size(), 1u);
   head.pop_back(); // the empty buffer's length (one varbyte 0)
@@ -443,7 +443,7 @@ TEST_F(ValidateSnapshot, RejectsADuplicateName) {
   expect_rejected("duplicate name");
 }
 
-// The learner group's bus text: a restarted learner's join request and the
+// The learner group's router text: a restarted learner's join request and the
 // hello that admits it round-trip; anything else is refused.
 TEST(LearnerGroupText, JoinAndAdmittingHelloRoundTripStrictly) {
   dice::learner_group_join j{7, 18446744073709551615ull};

@@ -1,7 +1,7 @@
 // A user's own item type through dice::pack / dice::unpack, and the refusal
 // of corrupt, truncated or inconsistent payloads. LibTorch-free.
 
-#include "dice/errc.hpp"
+#include "dice/core/errc.hpp"
 #include "dice/messages/payload.hpp"
 
 #include <boost/serialization/collection_size_type.hpp>

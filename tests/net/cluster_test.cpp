@@ -159,7 +159,7 @@ TEST(Reconnect, CollectorGetsTheRestartedLearnersModelFirst) {
   // below the collector's base were acknowledged by the dead learner (its
   // counters held them), so they are not in the new learner's.
   EXPECT_TRUE(learner->wait_for(
-    std::regex{"first delta from node 1 \\(epoch [0-9]+\\) is seq [0-9]+: "
+    std::regex{"first delta from node 1 \\(incarnation [0-9]+\\) is seq [0-9]+: "
                "its stream starts at seq [0-9]+; deltas 1\\.\\.[0-9]+ were "
                "acknowledged by an earlier learner or given up"},
     10s))

@@ -4,8 +4,8 @@
 // cannot be opened, and TLS (on the data connections too). Every wait has
 // a deadline.
 
-#include "dice/actors/node.hpp"
-#include "dice/log.hpp"
+#include "dice/runtime/node.hpp"
+#include "dice/logging/log.hpp"
 #include "dice/messages/context_delta.hpp"
 #include "dice/messages/model_snapshot.hpp"
 #include "dice/net/data_plane.hpp"
@@ -109,34 +109,34 @@ class DataChannel : public ::testing::Test {
   }
 
   static caf::actor_system& system_of(const dice::node& n) {
-    return caf::actor_cast<caf::abstract_actor*>(n.bus())->home_system();
+    return caf::actor_cast<caf::abstract_actor*>(n.router())->home_system();
   }
 
   // A member on `n` subscribed to "model": a scoped actor of n's system.
   std::unique_ptr<caf::scoped_actor> member(dice::node& n) {
     auto self = std::make_unique<caf::scoped_actor>(system_of(n));
-    (*self)->send(n.bus(), dice::join_atom::value, n.id(), dice::role_set{},
+    (*self)->send(n.router(), dice::join_atom::value, n.id(), dice::role_set{},
                   caf::actor{*self}, std::vector<std::string>{"model"});
     (*self)->receive([](const std::vector<dice::finish>&) {});
     return self;
   }
 
   void connect(dice::node& client, dice::node& server) {
-    // Each bus takes control messages from its own node's actors only.
+    // Each router takes control messages from its own node's actors only.
     caf::scoped_actor self{system_of(client)};
     caf::scoped_actor at_server{system_of(server)};
-    self->send(client.bus(), dice::attach_atom::value, std::string{"127.0.0.1"},
+    self->send(client.router(), dice::attach_atom::value, std::string{"127.0.0.1"},
                server.port());
     std::uint32_t got = 0;
     at_server
-      ->request(server.bus(), 5s, dice::peers_atom::value, std::uint32_t{1})
+      ->request(server.router(), 5s, dice::peers_atom::value, std::uint32_t{1})
       .receive(
         [&](std::uint32_t x) {
           got = x;
         },
         [](caf::error&) {});
     ASSERT_EQ(got, 1u);
-    self->request(client.bus(), 5s, dice::peers_atom::value, std::uint32_t{1})
+    self->request(client.router(), 5s, dice::peers_atom::value, std::uint32_t{1})
       .receive(
         [&](std::uint32_t x) {
           got = x;
@@ -147,7 +147,7 @@ class DataChannel : public ::testing::Test {
 
   static void publish(caf::scoped_actor& self, dice::node& n,
                       caf::message msg) {
-    self->send(n.bus(), dice::publish_atom::value, std::string{"model"}, n.id(),
+    self->send(n.router(), dice::publish_atom::value, std::string{"model"}, n.id(),
                std::move(msg));
   }
 

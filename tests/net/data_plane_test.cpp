@@ -6,15 +6,15 @@
 // announce, a transfer cut short or corrupted). Ephemeral ports; every wait
 // has a deadline.
 
-#include "dice/auth.hpp"
-#include "dice/log.hpp"
+#include "dice/security/auth.hpp"
+#include "dice/logging/log.hpp"
 #include "dice/messages/snapshot_chunk.hpp"
 #include "dice/net/data_auth.hpp"
 #include "dice/net/data_plane.hpp"
 #include "dice/net/data_wire.hpp"
 #include "dice/net/dialer.hpp"
 #include "dice/net/listener.hpp"
-#include "dice/trust.hpp"
+#include "dice/security/trust.hpp"
 #include "dice/type_ids.hpp"
 
 #include "caf/actor_system.hpp"
@@ -91,7 +91,7 @@ outcome wait_closed(int fd, std::chrono::milliseconds within,
   return r;
 }
 
-// The control session's key exchange as the bus does it in the hello:
+// The control session's key exchange as the router does it in the hello:
 // node `attacher` attaches to node 1.
 struct session_keys {
   std::shared_ptr<data_offer> mine;

@@ -1,10 +1,10 @@
-// A node publishes its bus's gate: a remote peer that sends it exit
+// A node publishes its router's gate: a remote peer that sends it exit
 // messages — even exit_reason::kill, which no CAF handler can trap — stops
-// neither the gate nor the bus (real middleman, loopback, port 0).
+// neither the gate nor the router (real middleman, loopback, port 0).
 
 #include "dice/actors/gate.hpp"
-#include "dice/auth.hpp"
-#include "dice/trust.hpp"
+#include "dice/security/auth.hpp"
+#include "dice/security/trust.hpp"
 #include "dice/type_ids.hpp"
 
 #include "caf/actor_system.hpp"
@@ -29,11 +29,11 @@ struct net_config : caf::actor_system_config {
   }
 };
 
-TEST(Gate, RemoteExitsEvenKillStopNeitherGateNorBus) {
+TEST(Gate, RemoteExitsEvenKillStopNeitherGateNorRouter) {
   net_config server_cfg;
   caf::actor_system server{server_cfg};
-  auto bus = server.spawn(dice::bus, dice::bus_config{});
-  auto gate = dice::gate_of(server, bus);
+  auto router = server.spawn(dice::router_behavior, dice::router_config{});
+  auto gate = dice::gate_of(server, router);
   ASSERT_TRUE(gate) << caf::to_string(gate.error());
   auto port = server.middleman().publish(*gate, 0, "127.0.0.1", true);
   ASSERT_TRUE(port) << caf::to_string(port.error());
@@ -46,7 +46,7 @@ TEST(Gate, RemoteExitsEvenKillStopNeitherGateNorBus) {
   self->send_exit(*proxy, caf::exit_reason::kill);
   self->send_exit(*proxy, caf::exit_reason::user_shutdown);
   // Sent after the exits on the same connection: an answer (the gate asks
-  // the bus) proves that the gate and the bus behind it are still there.
+  // the router) proves that the gate and the router behind it are still there.
   bool answered = false;
   self->request(*proxy, 10s, dice::hello_atom::value, dice::random_nonce())
     .receive(
@@ -59,7 +59,7 @@ TEST(Gate, RemoteExitsEvenKillStopNeitherGateNorBus) {
       });
   EXPECT_TRUE(answered);
   EXPECT_EQ(dice::counter(dice::trust_event::remote_exit_ignored), before + 2);
-  caf::anon_send_exit(bus, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(router, caf::exit_reason::user_shutdown);
 }
 
 } // namespace

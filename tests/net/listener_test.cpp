@@ -4,14 +4,14 @@
 // unprotected, and a dialer facing a silent acceptor. Ephemeral ports; every
 // wait has a deadline.
 
-#include "dice/actors/node.hpp"
-#include "dice/auth.hpp"
-#include "dice/errc.hpp"
-#include "dice/log.hpp"
+#include "dice/runtime/node.hpp"
+#include "dice/security/auth.hpp"
+#include "dice/core/errc.hpp"
+#include "dice/logging/log.hpp"
 #include "dice/net/data_plane.hpp"
 #include "dice/net/preamble.hpp"
 #include "dice/net/socket.hpp"
-#include "dice/trust.hpp"
+#include "dice/security/trust.hpp"
 
 #include "caf/actor_system.hpp"
 #include "caf/scoped_actor.hpp"
@@ -127,7 +127,7 @@ class Listener : public ::testing::TestWithParam<trust_mode> {
                              caf::timespan deadline) {
     caf::scoped_actor self{*systems_of(n)};
     std::uint32_t result = 0;
-    self->request(n.bus(), deadline, dice::peers_atom::value, want)
+    self->request(n.router(), deadline, dice::peers_atom::value, want)
       .receive(
         [&](std::uint32_t x) {
           result = x;
@@ -139,7 +139,7 @@ class Listener : public ::testing::TestWithParam<trust_mode> {
   /// Attaches `client` to `server`.
   static void attach(dice::node& client, const dice::node& server) {
     caf::scoped_actor self{*systems_of(client)};
-    self->send(client.bus(), dice::attach_atom::value, std::string{"127.0.0.1"},
+    self->send(client.router(), dice::attach_atom::value, std::string{"127.0.0.1"},
                server.port());
   }
 
@@ -151,7 +151,7 @@ class Listener : public ::testing::TestWithParam<trust_mode> {
   }
 
   static caf::actor_system* systems_of(dice::node& n) {
-    return &caf::actor_cast<caf::abstract_actor*>(n.bus())->home_system();
+    return &caf::actor_cast<caf::abstract_actor*>(n.router())->home_system();
   }
 
   static inline fs::path* dir_ = nullptr;
@@ -351,9 +351,9 @@ TEST_F(Guard, ADialerGivesUpOnASilentAcceptorAndRetries) {
   nc.connect_timeout = 300ms;
   auto& client = start(nc);
   caf::scoped_actor self{*systems_of(client)};
-  self->send(client.bus(), dice::attach_atom::value, std::string{"127.0.0.1"},
+  self->send(client.router(), dice::attach_atom::value, std::string{"127.0.0.1"},
              port);
-  // Accept two attempts; the dialer closes each at its deadline and the bus
+  // Accept two attempts; the dialer closes each at its deadline and the router
   // tries again after its backoff.
   struct conn {
     int fd;

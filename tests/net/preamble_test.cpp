@@ -2,7 +2,7 @@
 // it, what a stranger's bytes get, and that neither side ever reads past
 // its message (the channel's first bytes must stay in the socket).
 
-#include "dice/auth.hpp"
+#include "dice/security/auth.hpp"
 #include "dice/net/preamble.hpp"
 
 #include <gtest/gtest.h>

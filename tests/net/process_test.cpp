@@ -170,7 +170,7 @@ TEST(Process, KilledCollectorIsDetectedAndRejoins) {
   auto rep3 = reports(c3->lines());
   ASSERT_EQ(rep3.size(), 1u) << c3->text();
   // It got the learner's latest model and train_iter (retained by the
-  // learner's bus and sent in the handshake).
+  // learner's router and sent in the handshake).
   EXPECT_GT(rep3[0].models_loaded, 0) << c3->text();
   EXPECT_GT(rep3[0].model_version, 0) << c3->text();
   EXPECT_GT(rep3[0].train_iter, 0) << c3->text();

@@ -3,7 +3,7 @@
 // of either side leaves nothing behind (nothing in /dev/shm, no segment held
 // by the survivor). Ephemeral ports; every wait has a deadline.
 
-#include "dice/actors/node.hpp"
+#include "dice/runtime/node.hpp"
 #include "dice/messages/context_delta.hpp"
 #include "dice/messages/model_snapshot.hpp"
 #include "dice/messages/peer_event.hpp"
@@ -58,7 +58,7 @@ struct fixture {
     }
     node = std::move(*n);
     self = std::make_unique<caf::scoped_actor>(sys);
-    (*self)->send(node->bus(), dice::join_atom::value, std::uint32_t{0},
+    (*self)->send(node->router(), dice::join_atom::value, std::uint32_t{0},
                   dice::role_set{}, caf::actor{*self}, topics);
     (*self)->receive([](const std::vector<dice::finish>&) {});
   }
@@ -72,7 +72,7 @@ struct fixture {
   bool peers(std::uint32_t n) {
     bool ok = false;
     (*self)
-      ->request(node->bus(), 20s, dice::peers_atom::value, n)
+      ->request(node->router(), 20s, dice::peers_atom::value, n)
       .receive(
         [&](std::uint32_t) {
           ok = true;
@@ -81,7 +81,7 @@ struct fixture {
     return ok;
   }
 
-  // Waits for the bus to report the peer lost.
+  // Waits for the router to report the peer lost.
   bool peer_lost() {
     bool lost = false;
     bool timeout = false;
@@ -115,7 +115,7 @@ TEST(SameHost, NothingLeaksAfterTheReceiverIsKilled) {
   std::vector<std::uint8_t> bytes(6'800'000, 9);
   b.add("w", dice::dtype::uint8, {6'800'000}, bytes.data(), bytes.size());
   auto x = b.build(0, 1, 1, 0);
-  (*f.self)->send(f.node->bus(), dice::publish_atom::value,
+  (*f.self)->send(f.node->router(), dice::publish_atom::value,
                   std::string{"model"}, std::uint32_t{0},
                   caf::make_message(std::string{"model"}, x));
   bool acked = false;
@@ -130,7 +130,7 @@ TEST(SameHost, NothingLeaksAfterTheReceiverIsKilled) {
   // A snapshot the collector never reads: stopped, then killed.
   collector.kill(SIGSTOP);
   x.version = 2;
-  (*f.self)->send(f.node->bus(), dice::publish_atom::value,
+  (*f.self)->send(f.node->router(), dice::publish_atom::value,
                   std::string{"model"}, std::uint32_t{0},
                   caf::make_message(std::string{"model"}, x));
   collector.kill(SIGKILL);

@@ -2,10 +2,10 @@
 // large snapshots in checksummed chunks, reassembled in order, and a torn,
 // corrupt or interrupted transfer is dropped with a log line.
 
-#include "dice/actors/bus.hpp"
-#include "dice/actors/chunker.hpp"
+#include "dice/actors/router.hpp"
+#include "dice/net/chunker.hpp"
 #include "dice/actors/gate.hpp"
-#include "dice/log.hpp"
+#include "dice/logging/log.hpp"
 #include "dice/messages/model_snapshot.hpp"
 #include "dice/type_ids.hpp"
 
@@ -214,7 +214,7 @@ caf::behavior keeper(caf::event_based_actor* self,
 class FanOut : public dice::test::deterministic {};
 
 TEST_F(FanOut, SixteenLocalReceiversShareOneBuffer) {
-  auto b = spawn_bus();
+  auto b = spawn_router();
   constexpr int n = 16;
   std::vector<std::vector<model_snapshot>> got(n);
   std::vector<caf::actor> members;
@@ -261,25 +261,25 @@ TEST(SnapshotTransfer, LargeSnapshotsReachAPeerInChunksIntact) {
   net_config cfg_b;
   caf::actor_system sys_a{cfg_a};
   caf::actor_system sys_b{cfg_b};
-  dice::bus_config bc_a;
+  dice::router_config bc_a;
   bc_a.node = 1;
   bc_a.chunk_bytes = 1 << 20;
-  dice::bus_config bc_b;
+  dice::router_config bc_b;
   bc_b.node = 2;
-  auto bus_a = sys_a.spawn(dice::bus, bc_a);
-  auto bus_b = sys_b.spawn(dice::bus, bc_b);
-  auto gate_a = dice::gate_of(sys_a, bus_a);
+  auto router_a = sys_a.spawn(dice::router_behavior, bc_a);
+  auto router_b = sys_b.spawn(dice::router_behavior, bc_b);
+  auto gate_a = dice::gate_of(sys_a, router_a);
   ASSERT_TRUE(gate_a) << caf::to_string(gate_a.error());
   auto port = sys_a.middleman().publish(*gate_a, 0, "127.0.0.1");
   ASSERT_TRUE(port) << caf::to_string(port.error());
   caf::scoped_actor probe{sys_b};
   auto member = sys_b.spawn(relay, caf::actor{probe});
-  probe->send(bus_b, dice::join_atom::value, std::uint32_t{2}, dice::role_set{},
+  probe->send(router_b, dice::join_atom::value, std::uint32_t{2}, dice::role_set{},
               member, std::vector<std::string>{"model"});
-  probe->send(bus_b, dice::attach_atom::value, std::string{"127.0.0.1"}, *port);
+  probe->send(router_b, dice::attach_atom::value, std::string{"127.0.0.1"}, *port);
   caf::scoped_actor ctl{sys_a};
   bool connected = false;
-  ctl->request(bus_a, 10s, dice::peers_atom::value, std::uint32_t{1})
+  ctl->request(router_a, 10s, dice::peers_atom::value, std::uint32_t{1})
     .receive(
       [&](std::uint32_t) {
         connected = true;
@@ -294,7 +294,7 @@ TEST(SnapshotTransfer, LargeSnapshotsReachAPeerInChunksIntact) {
   small.sender = 1;
   big.sender = 1;
   for (auto* x : {&small, &big})
-    ctl->send(bus_a, dice::publish_atom::value, std::string{"model"},
+    ctl->send(router_a, dice::publish_atom::value, std::string{"model"},
               std::uint32_t{1}, caf::make_message(std::string{"model"}, *x));
   std::vector<model_snapshot> got;
   for (int i = 0; i < 2; ++i)
@@ -310,8 +310,8 @@ TEST(SnapshotTransfer, LargeSnapshotsReachAPeerInChunksIntact) {
   EXPECT_EQ(got[0], small);
   EXPECT_EQ(got[1], big);
   caf::anon_send_exit(member, caf::exit_reason::user_shutdown);
-  caf::anon_send_exit(bus_a, caf::exit_reason::user_shutdown);
-  caf::anon_send_exit(bus_b, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(router_a, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(router_b, caf::exit_reason::user_shutdown);
   EXPECT_TRUE(logs.lines.empty()) << logs.lines.front();
 }
 

@@ -3,7 +3,7 @@
 // through the real periodical model exchanger. Short and bounded (an
 // env-step budget ends every run); no timing is asserted.
 
-#include "dice/errc.hpp"
+#include "dice/core/errc.hpp"
 #include "dice/type_ids.hpp"
 
 #include "caf/actor_system.hpp"

@@ -6,7 +6,7 @@
 // and GAE with DI-engine's traj_flag rule differs from the per-collector GAE.
 // Deterministic: CAF's test coordinator and a fake clock.
 
-#include "dice/actors/context_exchanger.hpp"
+#include "dice/exchangers/context_exchanger.hpp"
 
 #include "ppo.hpp"
 #include "support/deterministic.hpp"
@@ -57,7 +57,7 @@ class PpoMergeTest : public dice::test::deterministic {
   // Runs the cluster for one learner iteration and returns what it merged.
   dice::test::seen run_cluster(ppo::actor_critic net,
                                std::shared_ptr<sent_log> sent) {
-    auto bus = spawn_bus();
+    auto router = spawn_router();
     auto llog = std::make_shared<std::vector<dice::test::seen>>();
     // The learner is busy for 1 s before it merges, so all three
     // collectors' deltas wait in its exchanger when it does.
@@ -65,12 +65,12 @@ class PpoMergeTest : public dice::test::deterministic {
     lp.use(dice::test::busy_for(1s))
       .use(context_exchanger())
       .use(dice::test::probe(llog));
-    auto learner = spawn_role(bus, 0, {role::learner}, std::move(lp), 1);
+    auto learner = spawn_role(router, 0, {role::learner}, std::move(lp), 1);
     std::vector<role_actor> cs;
     for (auto& [node, n] : envs) {
       pipeline p;
       p.use(context_exchanger()).use(ppo_collect(node, n, steps, net, sent));
-      cs.push_back(spawn_role(bus, node, {role::collector}, std::move(p)));
+      cs.push_back(spawn_role(router, node, {role::collector}, std::move(p)));
     }
     start({learner, cs[0], cs[1], cs[2]});
     EXPECT_TRUE(llog->empty());

@@ -2,7 +2,7 @@
 // bytes) and how a learner cuts a merged context into segments: end-index
 // rules, bad payloads, stale and future data, the lag histogram.
 
-#include "dice/errc.hpp"
+#include "dice/core/errc.hpp"
 
 #include "segment.hpp"
 #include <gtest/gtest.h>

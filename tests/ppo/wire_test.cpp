@@ -6,7 +6,7 @@
 // steps and 16 MiB for episodes). This binary replaces the global operator
 // new to record the largest single allocation made while decoding.
 
-#include "dice/errc.hpp"
+#include "dice/core/errc.hpp"
 
 #include "segment.hpp"
 #include <gtest/gtest.h>

@@ -1,12 +1,12 @@
 // The exchangers with DI-engine's `model_loader=` / `storage_loader=`: only
-// storage references travel on the bus, loaders on both sides store and
+// storage references travel on the router, loaders on both sides store and
 // load them off the role actors; a deleted file gives DI-engine's warning
 // and the wait goes on.
 
-#include "dice/actors/context_exchanger.hpp"
-#include "dice/actors/model_exchanger.hpp"
-#include "dice/actors/periodical_model_exchanger.hpp"
-#include "dice/messages/storage.hpp"
+#include "dice/exchangers/context_exchanger.hpp"
+#include "dice/exchangers/model_exchanger.hpp"
+#include "dice/exchangers/periodical_model_exchanger.hpp"
+#include "dice/storage/storage.hpp"
 
 #include "support/deterministic.hpp"
 #include <gtest/gtest.h>
@@ -112,7 +112,7 @@ class ExchangerLoaders : public dice::test::deterministic {
 };
 
 TEST_F(ExchangerLoaders, ModelsTravelAsFileReferences) {
-  auto bus = spawn_bus();
+  auto router = spawn_router();
   auto learner_model = std::make_shared<fake_model>();
   learner_model->current = weights(2.5f);
   auto collector_model = std::make_shared<fake_model>();
@@ -125,8 +125,8 @@ TEST_F(ExchangerLoaders, ModelsTravelAsFileReferences) {
   lp.use(gate()).use(model_exchanger(learner_model, lo));
   pipeline cp;
   cp.use(model_exchanger(collector_model, co));
-  auto c = spawn_role(bus, 2, {role::collector}, std::move(cp));
-  auto l = spawn_role(bus, 0, {role::learner}, std::move(lp));
+  auto c = spawn_role(router, 2, {role::collector}, std::move(cp));
+  auto l = spawn_role(router, 0, {role::learner}, std::move(lp));
   start({c, l});
   // The learner stored its snapshot in a file; the collector loaded it.
   EXPECT_EQ(files(0), 1u);
@@ -138,7 +138,7 @@ TEST_F(ExchangerLoaders, ModelsTravelAsFileReferences) {
 }
 
 TEST_F(ExchangerLoaders, ADeletedModelFileWarnsAndTheWaitGoesOn) {
-  auto bus = spawn_bus();
+  auto router = spawn_router();
   auto model = std::make_shared<fake_model>();
   model->current = weights(0.f);
   model_exchanger_options co;
@@ -146,20 +146,20 @@ TEST_F(ExchangerLoaders, ADeletedModelFileWarnsAndTheWaitGoesOn) {
   co.timeout = 60s;
   pipeline cp;
   cp.use(model_exchanger(model, co));
-  auto c = spawn_role(bus, 2, {role::collector}, std::move(cp));
+  auto c = spawn_role(router, 2, {role::collector}, std::move(cp));
   start({c});
   ASSERT_TRUE(state_of(c).pending); // iteration 1 waits for a model
   // A reference to a file the learner's TTL already removed.
   auto x = weights(7.f);
   x.sender = 0;
-  x.epoch = 5;
+  x.incarnation = 5;
   x.version = 3;
   storage_options so;
   so.dirname = dir.string();
   auto ref = store(so, x);
   ASSERT_TRUE(ref);
   ASSERT_FALSE(remove_storage(*ref));
-  publish(bus, model_topic, 0, *ref);
+  publish(router, model_topic, 0, *ref);
   EXPECT_EQ(logs.count("Model file has been deleted on node 2, maybe you can "
                        "increase the ttl."),
             1u);
@@ -170,7 +170,7 @@ TEST_F(ExchangerLoaders, ADeletedModelFileWarnsAndTheWaitGoesOn) {
   // The next (intact) reference is loaded.
   auto ref2 = store(so, x);
   ASSERT_TRUE(ref2);
-  publish(bus, model_topic, 0, *ref2);
+  publish(router, model_topic, 0, *ref2);
   EXPECT_EQ(model->loads, 1);
   EXPECT_EQ(model->current.data, x.data);
   EXPECT_EQ(logs.count("Timeout when waiting for new model"), 0u);
@@ -178,15 +178,15 @@ TEST_F(ExchangerLoaders, ADeletedModelFileWarnsAndTheWaitGoesOn) {
 }
 
 TEST_F(ExchangerLoaders, AReferenceWithoutALoaderIsDroppedLoudly) {
-  auto bus = spawn_bus();
+  auto router = spawn_router();
   auto model = std::make_shared<fake_model>();
   pipeline cp;
   cp.use(model_exchanger(model));
-  auto c = spawn_role(bus, 2, {role::collector}, std::move(cp));
+  auto c = spawn_role(router, 2, {role::collector}, std::move(cp));
   start({c});
   storage_ref ref;
   ref.path = "/nonexistent";
-  publish(bus, model_topic, 0, ref);
+  publish(router, model_topic, 0, ref);
   EXPECT_EQ(logs.count("Storage loader is not defined when data is a storage "
                        "object."),
             1u);
@@ -194,7 +194,7 @@ TEST_F(ExchangerLoaders, AReferenceWithoutALoaderIsDroppedLoudly) {
 }
 
 TEST_F(ExchangerLoaders, PeriodicalExchangerWithALoaderKeepsIds) {
-  auto bus = spawn_bus();
+  auto router = spawn_router();
   auto sender_model = std::make_shared<fake_model>();
   sender_model->current = weights(1.f);
   auto receiver_model = std::make_shared<fake_model>();
@@ -210,8 +210,8 @@ TEST_F(ExchangerLoaders, PeriodicalExchangerWithALoaderKeepsIds) {
   sp.use(gate()).use(periodical_model_exchanger(sender_model, so));
   pipeline rp;
   rp.use(periodical_model_exchanger(receiver_model, ro));
-  auto r = spawn_role(bus, 2, {role::collector}, std::move(rp));
-  auto s = spawn_role(bus, 0, {role::learner}, std::move(sp));
+  auto r = spawn_role(router, 2, {role::collector}, std::move(rp));
+  auto s = spawn_role(router, 0, {role::learner}, std::move(sp));
   start({r, s});
   // DI-engine's receiver raised TypeError on a bare Storage; here the
   // stored snapshot keeps its id.
@@ -221,7 +221,7 @@ TEST_F(ExchangerLoaders, PeriodicalExchangerWithALoaderKeepsIds) {
 }
 
 TEST_F(ExchangerLoaders, ContextTravelsAsReferencesAndIsSummed) {
-  auto bus = spawn_bus();
+  auto router = spawn_router();
   context_exchanger_options co;
   co.storage_loader = storage_loader(2);
   context_exchanger_options lo;
@@ -238,8 +238,8 @@ TEST_F(ExchangerLoaders, ContextTravelsAsReferencesAndIsSummed) {
   cp.use(gate()).use(context_exchanger(co)).use(collect);
   pipeline lp;
   lp.use(context_exchanger(lo));
-  auto l = spawn_role(bus, 0, {role::learner}, std::move(lp));
-  auto c = spawn_role(bus, 2, {role::collector}, std::move(cp));
+  auto l = spawn_role(router, 0, {role::learner}, std::move(lp));
+  auto c = spawn_role(router, 2, {role::collector}, std::move(cp));
   start({l, c});
   EXPECT_EQ(files(2), 1u);
   auto& ctx = state_of(l).ctx;
@@ -251,16 +251,16 @@ TEST_F(ExchangerLoaders, ContextTravelsAsReferencesAndIsSummed) {
 
 } // namespace
 
-// A loader publishes straight to the bus; the node's done waits for the
+// A loader publishes straight to the router; the node's done waits for the
 // loader to flush, so what the last iteration stored still reaches the
 // learner before anyone stops.
 TEST_F(ExchangerLoaders, TheLastIterationsStoredContextIsNotLost) {
-  auto bus = spawn_bus();
+  auto router = spawn_router();
   context_exchanger_options lo;
   lo.storage_loader = storage_loader(0);
   pipeline lp;
   lp.use(context_exchanger(lo));
-  auto l = spawn_role(bus, 0, {role::learner}, std::move(lp));
+  auto l = spawn_role(router, 0, {role::learner}, std::move(lp));
   context_exchanger_options co;
   co.storage_loader = storage_loader(2);
   middleware collect;
@@ -274,7 +274,7 @@ TEST_F(ExchangerLoaders, TheLastIterationsStoredContextIsNotLost) {
   cp.use(context_exchanger(co)).use(std::move(collect));
   // One iteration, then the collector ends the run: its only delta goes
   // through the loader after its finish.
-  auto c = spawn_role(bus, 2, {role::collector}, std::move(cp), 1);
+  auto c = spawn_role(router, 2, {role::collector}, std::move(cp), 1);
   start({l, c});
   auto reps = reports();
   ASSERT_EQ(reps.size(), 2u);

@@ -4,9 +4,9 @@
 // truncates or recycles an item while it is read).
 
 #include "dice/actors/storage_loader.hpp"
-#include "dice/errc.hpp"
-#include "dice/messages/storage.hpp"
-#include "dice/trust.hpp"
+#include "dice/core/errc.hpp"
+#include "dice/storage/storage.hpp"
+#include "dice/security/trust.hpp"
 
 #include "support/deterministic.hpp"
 #include <fcntl.h>
@@ -31,7 +31,7 @@ namespace fs = std::filesystem;
 context_delta sample_delta() {
   context_delta d;
   d.sender = 2;
-  d.epoch = 7;
+  d.incarnation = 7;
   d.seq = 1;
   d.base = 1;
   d.env_step = 5;

@@ -4,8 +4,8 @@
 // does not quit while loads it started are pending. Deterministic on the
 // test coordinator, then repeated on CAF's threaded scheduler.
 
-#include "dice/actors/context_exchanger.hpp"
-#include "dice/actors/local_cluster.hpp"
+#include "dice/exchangers/context_exchanger.hpp"
+#include "dice/runtime/local_cluster.hpp"
 #include "dice/actors/storage_loader.hpp"
 #include "dice/type_ids.hpp"
 
@@ -43,7 +43,7 @@ loader_options loader_opts(const fs::path& dir, std::uint32_t node,
 }
 
 std::string path_name(const testing::TestParamInfo<bool>& info) {
-  return info.param ? "Loader" : "Bus";
+  return info.param ? "Loader" : "Router";
 }
 
 // -- deterministic ------------------------------------------------------------
@@ -74,15 +74,15 @@ class LastDelta : public dice::test::deterministic,
 // delta is the last one and must be in the learner's last iteration (it was
 // missing there on the loader path: the finish overtook the stored delta).
 TEST_P(LastDelta, CollectorsFinishComesAfterItsLastDelta) {
-  auto bus = spawn_bus();
+  auto router = spawn_router();
   auto log = std::make_shared<std::vector<dice::test::seen>>();
   pipeline lp;
   lp.use(context_exchanger(exchanger(0))).use(dice::test::probe(log));
-  auto l = spawn_role(bus, 0, {role::learner}, std::move(lp));
+  auto l = spawn_role(router, 0, {role::learner}, std::move(lp));
   pipeline cp;
   cp.use(context_exchanger(exchanger(2)))
     .use(dice::test::collect_integers(2, 7, {6}));
-  auto c = spawn_role(bus, 2, {role::collector}, std::move(cp), 3);
+  auto c = spawn_role(router, 2, {role::collector}, std::move(cp), 3);
   start({l, c});
   for (int i = 0; i < 20 && reports().size() < 2; ++i)
     advance(1s);
@@ -98,16 +98,16 @@ TEST_P(LastDelta, CollectorsFinishComesAfterItsLastDelta) {
 // (made after the finish reached it) still counts at the learner: on the
 // loader path the learner must not quit while it loads it.
 TEST_P(LastDelta, LearnerWaitsForLoadsItStartedBeforeQuitting) {
-  auto bus = spawn_bus();
+  auto router = spawn_router();
   pipeline lp;
   lp.use(context_exchanger(exchanger(0))).use(dice::test::count_train_iter());
-  auto l = spawn_role(bus, 0, {role::learner}, std::move(lp), 4);
+  auto l = spawn_role(router, 0, {role::learner}, std::move(lp), 4);
   std::vector<role_actor> cs;
   for (std::uint32_t n = 2; n < 4; ++n) {
     pipeline cp;
     cp.use(context_exchanger(exchanger(n)))
       .use(dice::test::collect_integers(n, 5, {4}));
-    cs.push_back(spawn_role(bus, n, {role::collector}, std::move(cp)));
+    cs.push_back(spawn_role(router, n, {role::collector}, std::move(cp)));
   }
   start({l, cs[0], cs[1]});
   std::map<std::uint32_t, node_report> reps;

@@ -4,9 +4,9 @@
 
 #include "dice/actors/model_loader.hpp"
 #include "dice/actors/storage_loader.hpp"
-#include "dice/errc.hpp"
-#include "dice/messages/storage.hpp"
-#include "dice/trust.hpp"
+#include "dice/core/errc.hpp"
+#include "dice/storage/storage.hpp"
+#include "dice/security/trust.hpp"
 #include "dice/type_ids.hpp"
 
 #include "caf/actor_system.hpp"

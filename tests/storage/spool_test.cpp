@@ -1,9 +1,9 @@
-// The context spool's files (messages/context_spool.cpp), without actors:
+// The context spool's files (storage/context_spool.cpp), without actors:
 // what one incarnation appended is what the next one recovers, a record cut
 // short by a kill is dropped, settled deltas are not recovered and their
 // files go, and files that are not this node's (or lie) are left alone.
 
-#include "dice/messages/context_spool.hpp"
+#include "dice/storage/context_spool.hpp"
 
 #include "support/files.hpp"
 #include <gtest/gtest.h>
@@ -18,11 +18,11 @@ namespace fs = std::filesystem;
 
 namespace {
 
-context_delta delta(std::uint32_t node, std::uint64_t epoch, std::uint64_t seq,
+context_delta delta(std::uint32_t node, std::uint64_t incarnation, std::uint64_t seq,
                     std::int64_t steps = 16) {
   context_delta d;
   d.sender = node;
-  d.epoch = epoch;
+  d.incarnation = incarnation;
   d.seq = seq;
   d.base = seq;
   d.sender_roles = {role::collector};
@@ -37,12 +37,12 @@ context_delta delta(std::uint32_t node, std::uint64_t epoch, std::uint64_t seq,
 
 std::unique_ptr<context_spool> open_spool(const fs::path& dir,
                                           std::uint32_t node,
-                                          std::uint64_t epoch,
+                                          std::uint64_t incarnation,
                                           std::size_t segment_bytes = 0) {
   context_spool_options opts;
   opts.dir = dir.string();
   opts.node = node;
-  opts.epoch = epoch;
+  opts.incarnation = incarnation;
   if (segment_bytes > 0)
     opts.segment_bytes = segment_bytes;
   auto result = context_spool::open(opts);
@@ -79,7 +79,7 @@ TEST(ContextSpool, WhatOneIncarnationAppendedTheNextRecoversAsItWas) {
   ASSERT_TRUE(second);
   auto rec = second->take_recovered();
   ASSERT_EQ(rec.size(), 1u);
-  EXPECT_EQ(rec[0].epoch, 0xAu);
+  EXPECT_EQ(rec[0].incarnation, 0xAu);
   EXPECT_EQ(seqs(rec[0]), (std::vector<std::uint64_t>{3, 4, 5}));
   EXPECT_EQ(rec[0].deltas[0], delta(3, 0xA, 3)) << "field for field";
   EXPECT_TRUE(second->refused().empty());
@@ -251,7 +251,7 @@ TEST(ContextSpool, AnUnusableDirectoryIsAnError) {
   context_spool_options opts;
   opts.dir = (tmp.dir / "file").string();
   opts.node = 3;
-  opts.epoch = 1;
+  opts.incarnation = 1;
   EXPECT_FALSE(context_spool::open(opts));
   opts.dir = "";
   EXPECT_FALSE(context_spool::open(opts));

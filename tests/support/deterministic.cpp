@@ -56,25 +56,25 @@ void deterministic::advance(caf::timespan d) {
   sched.run();
 }
 
-bus_actor deterministic::spawn_bus() {
-  auto result = sys.spawn(bus, bus_config{});
+router_actor deterministic::spawn_router() {
+  auto result = sys.spawn(router_behavior, router_config{});
   spawned.push_back(caf::actor_cast<caf::actor>(result));
   sched.run();
   return result;
 }
 
-role_actor deterministic::spawn_role(const bus_actor& b, std::uint32_t node,
+role_actor deterministic::spawn_role(const router_actor& b, std::uint32_t node,
                                      role_set roles, pipeline pipe,
                                      std::int64_t max_step) {
   role_config rc;
   rc.node = node;
   rc.roles = roles;
-  rc.bus = b;
+  rc.router = b;
   rc.max_step = max_step;
   rc.wait_for_start = true;
-  rc.epoch = 1000 + node;
+  rc.incarnation = 1000 + node;
   rc.report_to = caf::actor_cast<caf::actor>(sink);
-  auto result = sys.spawn(role_runner, std::move(rc), std::move(pipe));
+  auto result = sys.spawn(role_behavior, std::move(rc), std::move(pipe));
   spawned.push_back(caf::actor_cast<caf::actor>(result));
   return result;
 }

@@ -5,9 +5,9 @@
 // without waiting. (CAF's own caf/test/dsl.hpp does not work under
 // GoogleTest.)
 
-#include "dice/actors/bus.hpp"
+#include "dice/actors/router.hpp"
 #include "dice/actors/role_actor.hpp"
-#include "dice/log.hpp"
+#include "dice/logging/log.hpp"
 #include "dice/type_ids.hpp"
 
 #include "caf/actor_system.hpp"
@@ -61,11 +61,11 @@ class deterministic : public ::testing::Test {
   /// Advances the fake clock by `d`, firing due timeouts, and runs jobs.
   void advance(caf::timespan d);
 
-  /// Spawns a bus (stopped when the test ends).
-  bus_actor spawn_bus();
+  /// Spawns a router (stopped when the test ends).
+  router_actor spawn_router();
 
-  /// Spawns a role actor on `bus` (stopped when the test ends).
-  role_actor spawn_role(const bus_actor& bus, std::uint32_t node,
+  /// Spawns a role actor on `router` (stopped when the test ends).
+  role_actor spawn_role(const router_actor& router, std::uint32_t node,
                         role_set roles, pipeline pipe,
                         std::int64_t max_step = 0);
 
@@ -75,9 +75,9 @@ class deterministic : public ::testing::Test {
   /// Sends start_atom to each actor and runs until nothing moves.
   void start(std::initializer_list<role_actor> xs);
 
-  /// Publishes `(topic, x)` on `bus` as if node `sender` had sent it.
+  /// Publishes `(topic, x)` on `router` as if node `sender` had sent it.
   template <class T>
-  void publish(const bus_actor& b, const std::string& topic,
+  void publish(const router_actor& b, const std::string& topic,
                std::uint32_t sender, T x) {
     sink->send(b, publish_atom::value, topic, sender,
                caf::make_message(topic, std::move(x)));

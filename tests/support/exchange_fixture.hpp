@@ -3,7 +3,7 @@
 // A deterministic cluster of role actors exchanging context (acks, resend,
 // windows, spool): the pipelines and spawning the acks and spool tests share.
 
-#include "dice/actors/context_exchanger.hpp"
+#include "dice/exchangers/context_exchanger.hpp"
 #include "dice/actors/role_actor.hpp"
 
 #include "support/deterministic.hpp"
@@ -35,19 +35,19 @@ class exchange_fixture : public deterministic {
     return p;
   }
 
-  // spawn_role with a chosen epoch (a restarted node has a new one).
-  role_actor spawn_incarnation(const bus_actor& b, std::uint32_t node,
-                               std::uint64_t epoch, pipeline pipe,
+  // spawn_role with a chosen incarnation (a restarted node has a new one).
+  role_actor spawn_incarnation(const router_actor& b, std::uint32_t node,
+                               std::uint64_t incarnation, pipeline pipe,
                                std::int64_t max_step) {
     role_config rc;
     rc.node = node;
     rc.roles = {role::collector};
-    rc.bus = b;
+    rc.router = b;
     rc.max_step = max_step;
     rc.wait_for_start = true;
-    rc.epoch = epoch;
+    rc.incarnation = incarnation;
     rc.report_to = caf::actor_cast<caf::actor>(sink);
-    auto result = sys.spawn(role_runner, std::move(rc), std::move(pipe));
+    auto result = sys.spawn(role_behavior, std::move(rc), std::move(pipe));
     spawned.push_back(caf::actor_cast<caf::actor>(result));
     return result;
   }

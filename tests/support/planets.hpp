@@ -5,7 +5,7 @@
 // (io::network::test_multiplexer). No sockets, no real time. (CAF's
 // io_dsl.hpp needs CAF's own test engine; this drives the same loop.)
 
-#include "dice/actors/bus.hpp"
+#include "dice/actors/router.hpp"
 #include "dice/actors/gate.hpp"
 #include "dice/messages/context_delta.hpp"
 #include "dice/messages/peer_event.hpp"
@@ -125,22 +125,22 @@ class planets : public ::testing::Test {
     exec_all();
   }
 
-  /// Spawns a bus on planet `i` (stopped when the test ends).
-  bus_actor spawn_bus(int i, std::uint32_t node, bus_config cfg = {}) {
+  /// Spawns a router on planet `i` (stopped when the test ends).
+  router_actor spawn_router(int i, std::uint32_t node, router_config cfg = {}) {
     cfg.node = node;
-    auto b = hosts[i]->sys.spawn(dice::bus, cfg);
+    auto b = hosts[i]->sys.spawn(dice::router_behavior, cfg);
     actors.emplace_back(i, caf::actor_cast<caf::actor>(b));
     exec_all();
     return b;
   }
 
-  /// The actor a node publishes for bus `b` on planet `i`: its gate.
-  caf::actor gate_of(int, const bus_actor& b) {
-    return bus_of(b).gate;
+  /// The actor a node publishes for router `b` on planet `i`: its gate.
+  caf::actor gate_of(int, const router_actor& b) {
+    return router_of(b).gate;
   }
 
-  /// A member of node `node` on bus `b`, subscribed to `topics`.
-  caf::actor spawn_member(int i, const bus_actor& b, std::uint32_t node,
+  /// A member of node `node` on router `b`, subscribed to `topics`.
+  caf::actor spawn_member(int i, const router_actor& b, std::uint32_t node,
                           std::vector<std::string> topics) {
     auto m = hosts[i]->sys.spawn(member);
     actors.emplace_back(i, m);
@@ -150,7 +150,7 @@ class planets : public ::testing::Test {
     return m;
   }
 
-  /// Publishes `x` (the gate of a bus) on port `port` of planet `i`.
+  /// Publishes `x` (the gate of a router) on port `port` of planet `i`.
   void publish(int i, const caf::actor& x, std::uint16_t port) {
     auto& p = *hosts[i];
     p.mpx.provide_acceptor(port, accept_hdl(i, port));
@@ -168,8 +168,8 @@ class planets : public ::testing::Test {
                                           hosts[client]->mpx, host, port, cli);
   }
 
-  /// Prepares a connection, then lets the client's bus attach to it.
-  void attach(int client, const bus_actor& b, int server,
+  /// Prepares a connection, then lets the client's router attach to it.
+  void attach(int client, const router_actor& b, int server,
               const std::string& host, std::uint16_t port) {
     prepare(client, server, host, port);
     hosts[client]->driver->send(b, attach_atom::value, host, port);
@@ -226,8 +226,8 @@ class planets : public ::testing::Test {
       .state;
   }
 
-  bus_state& bus_of(const bus_actor& b) {
-    return state_of<bus_state>(b);
+  router_state& router_of(const router_actor& b) {
+    return state_of<router_state>(b);
   }
 
   member_state& member_of(const caf::actor& m) {
@@ -247,9 +247,9 @@ class planets : public ::testing::Test {
     return alive(caf::actor_cast<caf::actor>(x));
   }
 
-  /// Publishes a delta on `topic` through bus `b` of planet `i`, as node
+  /// Publishes a delta on `topic` through router `b` of planet `i`, as node
   /// `sender`'s member would.
-  void publish_delta(int i, const bus_actor& b, const std::string& topic,
+  void publish_delta(int i, const router_actor& b, const std::string& topic,
                      std::uint32_t sender, std::int64_t env_step = 0) {
     context_delta d;
     d.sender = sender;

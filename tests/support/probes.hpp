@@ -3,9 +3,9 @@
 // Middleware used by the exchanger tests: real pipeline stages that act like
 // a tiny collector / learner and record what each iteration saw.
 
-#include "dice/context.hpp"
+#include "dice/core/context.hpp"
 #include "dice/messages/payload.hpp"
-#include "dice/middleware.hpp"
+#include "dice/runtime/middleware.hpp"
 
 #include "caf/timespan.hpp"
 

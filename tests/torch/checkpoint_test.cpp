@@ -2,7 +2,7 @@
 // Python's torch.load (Debian's python3-torch) and compared tensor by
 // tensor; a file written by torch.save loads in dice.
 
-#include "dice/errc.hpp"
+#include "dice/core/errc.hpp"
 #include "dice/torch/checkpoint.hpp"
 #include "dice/torch/model.hpp"
 
@@ -67,8 +67,8 @@ TEST_F(Checkpoint, RoundTripInDice) {
   auto x = dice::to_snapshot(*net);
   ASSERT_TRUE(x);
   auto path = (dir / "net.pt").string();
-  ASSERT_FALSE(dice::save_checkpoint(*x, path));
-  auto y = dice::load_checkpoint(path);
+  ASSERT_FALSE(dice::save_pytorch_checkpoint(*x, path));
+  auto y = dice::load_pytorch_checkpoint(path);
   ASSERT_TRUE(y) << dice::render(y.error());
   EXPECT_EQ(y->index.size(), x->index.size());
   for (std::size_t i = 0; i < x->index.size(); ++i) {
@@ -86,11 +86,11 @@ TEST_F(Checkpoint, RoundTripInDice) {
 }
 
 TEST_F(Checkpoint, MissingAndForeignFilesAreErrors) {
-  auto missing = dice::load_checkpoint((dir / "nope.pt").string());
+  auto missing = dice::load_pytorch_checkpoint((dir / "nope.pt").string());
   ASSERT_FALSE(missing);
   EXPECT_TRUE(dice::is(missing.error(), dice::errc::storage_missing));
   std::ofstream{dir / "junk.pt"} << "not a checkpoint";
-  auto junk = dice::load_checkpoint((dir / "junk.pt").string());
+  auto junk = dice::load_pytorch_checkpoint((dir / "junk.pt").string());
   ASSERT_FALSE(junk);
   EXPECT_TRUE(dice::is(junk.error(), dice::errc::malformed_input));
 }
@@ -108,7 +108,7 @@ TEST_F(Checkpoint, PythonTorchLoadReadsWhatDiceWrote) {
   b.add("steps", dice::dtype::int64, {3}, n.data(), 3 * 8);
   auto x = b.build(0, 0, 0, 0);
   auto path = (dir / "dice.pt").string();
-  ASSERT_FALSE(dice::save_checkpoint(x, path));
+  ASSERT_FALSE(dice::save_pytorch_checkpoint(x, path));
   auto out = run_python(
     "import torch\n"
     "d = torch.load('"
@@ -137,7 +137,7 @@ TEST_F(Checkpoint, DiceReadsWhatPythonTorchSaveWrote) {
     + "')\n"
       "print('OK')\n");
   ASSERT_EQ(out, "OK\n");
-  auto x = dice::load_checkpoint(path);
+  auto x = dice::load_pytorch_checkpoint(path);
   ASSERT_TRUE(x) << dice::render(x.error());
   ASSERT_EQ(x->index.size(), 2u);
   for (auto& e : x->index) {

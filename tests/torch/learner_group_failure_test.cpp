@@ -2,7 +2,7 @@
 // hung rank, a rank that leaves, and the survivors re-forming at L-1. Every
 // wait is a collective's own deadline; nothing sleeps.
 
-#include "dice/errc.hpp"
+#include "dice/core/errc.hpp"
 #include "dice/torch/learner_group.hpp"
 
 #include "torch/learner_group_support.hpp"

@@ -3,7 +3,7 @@
 // missing, a rank claimed twice, mismatched models, abort, a pluggable
 // store, the digest. Real c10d over loopback; nothing sleeps.
 
-#include "dice/errc.hpp"
+#include "dice/core/errc.hpp"
 #include "dice/torch/learner_group.hpp"
 
 #include "torch/learner_group_support.hpp"
@@ -221,7 +221,7 @@ TEST(LearnerGroupGuard, CallsAfterAbortFailWithoutBlocking) {
 }
 
 // An in-memory rendezvous_store (the seam for a store carried over dice's
-// authenticated bus): the group forms through it without any TCPStore.
+// authenticated router): the group forms through it without any TCPStore.
 class memory_store : public dice::rendezvous_store {
  public:
   caf::error set(const std::string& key,

@@ -3,7 +3,7 @@
 // ephemeral port; ranks print JSON lines; a kill -9 is a real SIGKILL.
 // Every wait has a deadline; nothing sleeps.
 
-#include "dice/errc.hpp"
+#include "dice/core/errc.hpp"
 #include "dice/torch/learner_group.hpp"
 
 #include "support/child_process.hpp"

@@ -3,7 +3,7 @@
 // Shared by the learner-group tests: a small net, one training step on
 // rank-specific data, and the raw bytes of a module.
 
-#include "dice/errc.hpp"
+#include "dice/core/errc.hpp"
 #include "dice/torch/learner_group.hpp"
 
 #include <gtest/gtest.h>

@@ -2,7 +2,7 @@
 // (TCPStore on an ephemeral loopback port, ProcessGroupGloo over loopback
 // TCP). Every wait is a collective's own deadline; nothing sleeps.
 
-#include "dice/errc.hpp"
+#include "dice/core/errc.hpp"
 #include "dice/torch/learner_group.hpp"
 
 #include "torch/learner_group_support.hpp"

@@ -1,7 +1,7 @@
 // dice::to_snapshot / dice::load_snapshot / dice::torch_model on a small MLP
 // with a BatchNorm1d (whose buffers include the int64 num_batches_tracked).
 
-#include "dice/errc.hpp"
+#include "dice/core/errc.hpp"
 #include "dice/messages/model_snapshot.hpp"
 #include "dice/torch/model.hpp"
 
@@ -84,7 +84,7 @@ dice::model_snapshot rebuild(const dice::model_snapshot& x, Edit edit,
   std::vector<std::uint8_t> zeros(1024);
   for (auto& e : extra)
     b.add(e.name, e.type, e.shape, zeros.data(), e.nbytes);
-  return b.build(x.sender, x.epoch, x.version, x.send_time_ns);
+  return b.build(x.sender, x.incarnation, x.version, x.send_time_ns);
 }
 
 class Model : public ::testing::Test {

@@ -1,7 +1,7 @@
 // Boost serialization of LibTorch tensors and dice::transition: round trips
 // for every dtype and layout, and refusal of hostile bytes.
 
-#include "dice/errc.hpp"
+#include "dice/core/errc.hpp"
 #include "dice/messages/model_snapshot.hpp"
 #include "dice/messages/payload.hpp"
 #include "dice/torch/tensor.hpp"

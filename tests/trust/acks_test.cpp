@@ -3,9 +3,9 @@
 // a collector wait instead of producing, the learner's buffer stays bounded,
 // and a restarted collector's two incarnations are both counted exactly.
 
-#include "dice/actors/context_exchanger.hpp"
+#include "dice/exchangers/context_exchanger.hpp"
 #include "dice/messages/context_delta.hpp"
-#include "dice/trust.hpp"
+#include "dice/security/trust.hpp"
 
 #include "support/exchange_fixture.hpp"
 
@@ -23,21 +23,21 @@ class AcksTest : public dice::test::exchange_fixture {
   }
 };
 
-// The learner is not subscribed yet and the bus holds nothing, so the first
+// The learner is not subscribed yet and the router holds nothing, so the first
 // deltas are lost; the collector resends them after the resend timeout and
 // the learner counts each once.
 TEST_F(AcksTest, LostDeltasAreResentAndCountedOnce) {
-  bus_config bcfg;
-  bcfg.max_held_per_topic = 0; // a bus that loses what nobody receives yet
-  auto bus = sys.spawn(dice::bus, bcfg);
-  spawned.push_back(caf::actor_cast<caf::actor>(bus));
+  router_config bcfg;
+  bcfg.max_held_per_topic = 0; // a router that loses what nobody receives yet
+  auto router = sys.spawn(dice::router_behavior, bcfg);
+  spawned.push_back(caf::actor_cast<caf::actor>(router));
   run();
   auto cstats = make_stats();
   context_exchanger_options copts;
   copts.max_in_flight = 2;
   copts.resend_timeout = 1s;
   copts.stats = cstats;
-  auto c = spawn_role(bus, 2, {role::collector}, collector_pipe(2, 3, copts),
+  auto c = spawn_role(router, 2, {role::collector}, collector_pipe(2, 3, copts),
                       4);
   start({c});
   // Two deltas published into the void, then the window is full.
@@ -47,7 +47,7 @@ TEST_F(AcksTest, LostDeltasAreResentAndCountedOnce) {
   context_exchanger_options lopts;
   lopts.stats = lstats;
   auto dropped = counter(trust_event::duplicate_dropped);
-  auto l = spawn_role(bus, 0, {role::learner}, learner_pipe(100ms, lopts));
+  auto l = spawn_role(router, 0, {role::learner}, learner_pipe(100ms, lopts));
   start({l});
   EXPECT_EQ(lstats->buffered_peak, 0u) << "nothing arrived before the resend";
   for (int i = 0; i < 40 && stopped() < 2; ++i)
@@ -69,28 +69,28 @@ TEST_F(AcksTest, LostDeltasAreResentAndCountedOnce) {
 // A resent delta the learner already applied (its ack was lost) is dropped
 // as a duplicate, re-acked, and not counted twice.
 TEST_F(AcksTest, ResendOfAnAppliedDeltaIsDroppedAndReacked) {
-  auto bus = spawn_bus();
+  auto router = spawn_router();
   auto lstats = make_stats();
   context_exchanger_options lopts;
   lopts.stats = lstats;
   lopts.learner_timeout = 1s;
-  auto l = spawn_role(bus, 0, {role::learner}, learner_pipe(1s, lopts), 2);
+  auto l = spawn_role(router, 0, {role::learner}, learner_pipe(1s, lopts), 2);
   start({l});
   context_delta d;
   d.sender = 2;
-  d.epoch = 7;
+  d.incarnation = 7;
   d.seq = 1;
   d.sender_roles = {role::collector};
   d.env_step = 3;
   d.trajectories = {pack(std::vector<int>{1, 2, 3}, 2)};
   d.has_trajectory_end_idx = true;
   auto topic = context_topic(role::collector);
-  publish(bus, topic, 2, d);
+  publish(router, topic, 2, d);
   advance(1s); // merged and acked
   auto acks = lstats->acks_sent.load();
   EXPECT_EQ(acks, 1u);
   auto dropped = counter(trust_event::duplicate_dropped);
-  publish(bus, topic, 2, d); // the collector never saw the ack: resend
+  publish(router, topic, 2, d); // the collector never saw the ack: resend
   EXPECT_EQ(counter(trust_event::duplicate_dropped), dropped + 1);
   EXPECT_EQ(lstats->acks_sent, acks + 1) << "a duplicate is acked again";
   for (int i = 0; i < 10 && stopped() < 1; ++i)
@@ -106,28 +106,28 @@ TEST_F(AcksTest, ResendOfAnAppliedDeltaIsDroppedAndReacked) {
 // learner acked 1..40): it applies and acks it instead of waiting for seq 1,
 // which would stall the collector's window for ever.
 TEST_F(AcksTest, NewLearnerAcksAStreamThatStartsPastOne) {
-  auto bus = spawn_bus();
+  auto router = spawn_router();
   auto lstats = make_stats();
   context_exchanger_options lopts;
   lopts.stats = lstats;
   lopts.learner_timeout = 1s;
-  auto l = spawn_role(bus, 0, {role::learner}, learner_pipe(1s, lopts), 2);
+  auto l = spawn_role(router, 0, {role::learner}, learner_pipe(1s, lopts), 2);
   start({l});
   context_delta d;
   d.sender = 2;
-  d.epoch = 9;
+  d.incarnation = 9;
   d.seq = 41;
   d.sender_roles = {role::collector};
   d.env_step = 2;
   d.trajectories = {pack(std::vector<int>{1, 2}, 2)};
   d.has_trajectory_end_idx = true;
   auto topic = context_topic(role::collector);
-  publish(bus, topic, 2, d);
+  publish(router, topic, 2, d);
   advance(1s);
   EXPECT_EQ(lstats->acks_sent, 1u);
   auto dropped = counter(trust_event::duplicate_dropped);
   d.seq = 40; // acked by the earlier learner: not ours
-  publish(bus, topic, 2, d);
+  publish(router, topic, 2, d);
   EXPECT_EQ(counter(trust_event::duplicate_dropped), dropped + 1);
   for (int i = 0; i < 10 && stopped() < 1; ++i)
     advance(1s);
@@ -140,11 +140,11 @@ TEST_F(AcksTest, NewLearnerAcksAStreamThatStartsPastOne) {
 // that takes 1 s per iteration. Windows hold each collector to 4 unacked
 // deltas and the learner's buffer to 3 x 4; nothing is lost or doubled.
 TEST_F(AcksTest, WindowBoundsAFloodAndCountsStayExact) {
-  auto bus = spawn_bus();
+  auto router = spawn_router();
   auto lstats = make_stats();
   context_exchanger_options lopts;
   lopts.stats = lstats;
-  auto l = spawn_role(bus, 0, {role::learner}, learner_pipe(1s, lopts), 10);
+  auto l = spawn_role(router, 0, {role::learner}, learner_pipe(1s, lopts), 10);
   std::vector<std::shared_ptr<context_exchange_stats>> cstats;
   std::vector<role_actor> cs;
   for (std::uint32_t n = 2; n < 5; ++n) {
@@ -153,7 +153,7 @@ TEST_F(AcksTest, WindowBoundsAFloodAndCountsStayExact) {
     copts.max_in_flight = 4;
     copts.stats = cstats.back();
     cs.push_back(
-      spawn_role(bus, n, {role::collector}, collector_pipe(n, 30, copts)));
+      spawn_role(router, n, {role::collector}, collector_pipe(n, 30, copts)));
   }
   start({l, cs[0], cs[1], cs[2]});
   for (int i = 0; i < 30 && stopped() < 4; ++i)
@@ -184,12 +184,12 @@ TEST_F(AcksTest, WindowBoundsAFloodAndCountsStayExact) {
 // A learner whose buffer cap is below what the windows allow refuses the
 // excess; the senders resend it and every transition still counts once.
 TEST_F(AcksTest, LearnerCapRefusesExcessAndResendsFillIt) {
-  auto bus = spawn_bus();
+  auto router = spawn_router();
   auto lstats = make_stats();
   context_exchanger_options lopts;
   lopts.max_buffered = 2;
   lopts.stats = lstats;
-  auto l = spawn_role(bus, 0, {role::learner}, learner_pipe(1s, lopts), 12);
+  auto l = spawn_role(router, 0, {role::learner}, learner_pipe(1s, lopts), 12);
   std::vector<std::shared_ptr<context_exchange_stats>> cstats;
   std::vector<role_actor> cs;
   for (std::uint32_t n = 2; n < 5; ++n) {
@@ -199,7 +199,7 @@ TEST_F(AcksTest, LearnerCapRefusesExcessAndResendsFillIt) {
     copts.resend_timeout = 500ms;
     copts.stats = cstats.back();
     cs.push_back(
-      spawn_role(bus, n, {role::collector}, collector_pipe(n, 5, copts)));
+      spawn_role(router, n, {role::collector}, collector_pipe(n, 5, copts)));
   }
   start({l, cs[0], cs[1], cs[2]});
   for (int i = 0; i < 60 && stopped() < 4; ++i)
@@ -219,19 +219,19 @@ TEST_F(AcksTest, LearnerCapRefusesExcessAndResendsFillIt) {
   EXPECT_EQ(reps[0].trajectories_received, produced);
 }
 
-// A collector is killed mid-run and restarts with a new epoch: the learner
+// A collector is killed mid-run and restarts with a new incarnation: the learner
 // counts what each incarnation sent, once.
 TEST_F(AcksTest, RestartedCollectorIsCountedPerIncarnation) {
-  auto bus = spawn_bus();
+  auto router = spawn_router();
   auto lstats = make_stats();
   context_exchanger_options lopts;
   lopts.stats = lstats;
-  auto l = spawn_role(bus, 0, {role::learner}, learner_pipe(1s, lopts));
+  auto l = spawn_role(router, 0, {role::learner}, learner_pipe(1s, lopts));
   auto first = make_stats();
   context_exchanger_options copts;
   copts.max_in_flight = 3;
   copts.stats = first;
-  auto c = spawn_incarnation(bus, 2, 1, collector_pipe(2, 3, copts), 0);
+  auto c = spawn_incarnation(router, 2, 1, collector_pipe(2, 3, copts), 0);
   start({l, c});
   advance(1s);
   advance(1s);
@@ -241,7 +241,7 @@ TEST_F(AcksTest, RestartedCollectorIsCountedPerIncarnation) {
   EXPECT_GT(sent_by_first, 0);
   auto second = make_stats();
   copts.stats = second;
-  auto c2 = spawn_incarnation(bus, 2, 2, collector_pipe(2, 3, copts), 6);
+  auto c2 = spawn_incarnation(router, 2, 2, collector_pipe(2, 3, copts), 6);
   start({c2});
   for (int i = 0; i < 40 && stopped() < 2; ++i)
     advance(1s);
@@ -253,37 +253,37 @@ TEST_F(AcksTest, RestartedCollectorIsCountedPerIncarnation) {
   EXPECT_EQ(reps[0].trajectories_received, sent_by_first + 18);
 }
 
-// The bus tells the collector that a learner connected (peer_event): the
+// The router tells the collector that a learner connected (peer_event): the
 // collector resends every unacked delta at once instead of after
 // resend_timeout (deltas sent into a dead connection had stalled it 5-10 s).
 TEST_F(AcksTest, ALearnerConnectingTriggersAnImmediateResend) {
-  bus_config bcfg;
-  bcfg.max_held_per_topic = 0; // a bus that loses what nobody receives yet
-  auto bus = sys.spawn(dice::bus, bcfg);
-  spawned.push_back(caf::actor_cast<caf::actor>(bus));
+  router_config bcfg;
+  bcfg.max_held_per_topic = 0; // a router that loses what nobody receives yet
+  auto router = sys.spawn(dice::router_behavior, bcfg);
+  spawned.push_back(caf::actor_cast<caf::actor>(router));
   run();
   auto cstats = make_stats();
   context_exchanger_options copts;
   copts.max_in_flight = 3;
   copts.resend_timeout = 5s;
   copts.stats = cstats;
-  auto c = spawn_role(bus, 2, {role::collector}, collector_pipe(2, 3, copts));
+  auto c = spawn_role(router, 2, {role::collector}, collector_pipe(2, 3, copts));
   start({c});
   EXPECT_EQ(cstats->deltas_sent, 3u); // into the void; the window is full
   auto lstats = make_stats();
   context_exchanger_options lopts;
   lopts.stats = lstats;
-  auto l = spawn_role(bus, 0, {role::learner}, learner_pipe(100ms, lopts), 5);
+  auto l = spawn_role(router, 0, {role::learner}, learner_pipe(100ms, lopts), 5);
   start({l});
   EXPECT_EQ(cstats->deltas_resent, 0u);
-  // Only the node's own bus may say so: the same event from anyone else is
+  // Only the node's own router may say so: the same event from anyone else is
   // refused.
   auto rejected = counter(trust_event::message_rejected);
   caf::anon_send(c, peer_event{0, {role::learner}, true});
   run();
   EXPECT_EQ(cstats->deltas_resent, 0u);
   EXPECT_EQ(counter(trust_event::message_rejected), rejected + 1);
-  caf::send_as(caf::actor_cast<caf::actor>(bus), c,
+  caf::send_as(caf::actor_cast<caf::actor>(router), c,
                peer_event{0, {role::learner}, true});
   run();
   EXPECT_EQ(cstats->deltas_resent_on_connect, 3u) << "no time has passed";

@@ -10,10 +10,10 @@
 // the unbounded DI-engine behaviour), DICE_FLOOD_RSS_MIB (allowed growth of
 // the learner's RSS over its idle size, default 96).
 
-#include "dice/actors/context_exchanger.hpp"
-#include "dice/actors/node.hpp"
-#include "dice/errc.hpp"
-#include "dice/log.hpp"
+#include "dice/exchangers/context_exchanger.hpp"
+#include "dice/runtime/node.hpp"
+#include "dice/core/errc.hpp"
+#include "dice/logging/log.hpp"
 #include "dice/messages/payload.hpp"
 #include "dice/type_ids.hpp"
 

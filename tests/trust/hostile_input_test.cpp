@@ -4,13 +4,13 @@
 // snapshots and node options. Each must be refused with an error and a
 // counter, never by a crash or a huge allocation.
 
-#include "dice/actors/node.hpp"
-#include "dice/errc.hpp"
+#include "dice/runtime/node.hpp"
+#include "dice/core/errc.hpp"
 #include "dice/messages/context_delta.hpp"
 #include "dice/messages/model_snapshot.hpp"
 #include "dice/messages/payload.hpp"
 #include "dice/messages/peer_hello.hpp"
-#include "dice/trust.hpp"
+#include "dice/security/trust.hpp"
 #include "dice/type_ids.hpp"
 
 #include "caf/actor_system.hpp"
@@ -176,7 +176,7 @@ struct SystemFixture : ::testing::Test {
 dice::context_delta sample_delta() {
   dice::context_delta d;
   d.sender = 3;
-  d.epoch = 77;
+  d.incarnation = 77;
   d.seq = 9;
   d.env_step = 10;
   d.trajectories.push_back(dice::pack(std::vector<float>{1, 2, 3}, 3, 1));

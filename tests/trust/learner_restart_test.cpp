@@ -1,15 +1,15 @@
 // A learner killed and replaced while a collector keeps producing, on the
 // test coordinator, with the storage loader on and off. The deltas sent
-// while no learner listened are lost on the bus; the replacement must apply
+// while no learner listened are lost on the router; the replacement must apply
 // each of them once when they are resent, even when the collector's next
 // new delta reaches it first (deltas carry the lowest unacked seq, `base`:
 // the new learner knows where the stream starts instead of guessing from
 // the first seq it sees).
 
-#include "dice/actors/context_exchanger.hpp"
+#include "dice/exchangers/context_exchanger.hpp"
 #include "dice/actors/storage_loader.hpp"
 #include "dice/messages/context_delta.hpp"
-#include "dice/trust.hpp"
+#include "dice/security/trust.hpp"
 
 #include "support/deterministic.hpp"
 #include "support/probes.hpp"
@@ -49,7 +49,7 @@ class LearnerRestart : public dice::test::deterministic,
     return opts;
   }
 
-  role_actor spawn_learner(const bus_actor& b, std::uint64_t epoch,
+  role_actor spawn_learner(const router_actor& b, std::uint64_t incarnation,
                            context_exchanger_options opts) {
     pipeline p;
     p.use(dice::test::busy_for(1s))
@@ -57,11 +57,11 @@ class LearnerRestart : public dice::test::deterministic,
     role_config rc;
     rc.node = 0;
     rc.roles = {role::learner};
-    rc.bus = b;
+    rc.router = b;
     rc.wait_for_start = true;
-    rc.epoch = epoch;
+    rc.incarnation = incarnation;
     rc.report_to = caf::actor_cast<caf::actor>(sink);
-    auto result = sys.spawn(role_runner, std::move(rc), std::move(p));
+    auto result = sys.spawn(role_behavior, std::move(rc), std::move(p));
     spawned.push_back(caf::actor_cast<caf::actor>(result));
     return result;
   }
@@ -70,10 +70,10 @@ class LearnerRestart : public dice::test::deterministic,
 };
 
 TEST_P(LearnerRestart, ReplacementAppliesEveryDeltaTheDeadOneMissed) {
-  bus_config bcfg;
+  router_config bcfg;
   bcfg.max_held_per_topic = 0; // what nobody receives is lost
-  auto bus = sys.spawn(dice::bus, bcfg);
-  spawned.push_back(caf::actor_cast<caf::actor>(bus));
+  auto router = sys.spawn(dice::router_behavior, bcfg);
+  spawned.push_back(caf::actor_cast<caf::actor>(router));
   run();
   auto cstats = std::make_shared<context_exchange_stats>();
   context_exchanger_options copts;
@@ -85,8 +85,8 @@ TEST_P(LearnerRestart, ReplacementAppliesEveryDeltaTheDeadOneMissed) {
   cp.use(dice::test::busy_for(1s))
     .use(dice::test::collect_integers(2, 3, {2}))
     .use(context_exchanger(with_loader(copts, 2)));
-  auto c = spawn_role(bus, 2, {role::collector}, std::move(cp), 16);
-  auto a = spawn_learner(bus, 1, {});
+  auto c = spawn_role(router, 2, {role::collector}, std::move(cp), 16);
+  auto a = spawn_learner(router, 1, {});
   start({a, c});
   for (int i = 0; i < 6; ++i)
     advance(1s);
@@ -99,7 +99,7 @@ TEST_P(LearnerRestart, ReplacementAppliesEveryDeltaTheDeadOneMissed) {
   advance(1s);
   advance(1s);
   auto resent_before = cstats->deltas_resent.load();
-  auto b = spawn_learner(bus, 2, {});
+  auto b = spawn_learner(router, 2, {});
   start({b});
   // The collector's next new delta reaches the new learner before the
   // resend timer sends the missing ones again.
@@ -120,7 +120,7 @@ TEST_P(LearnerRestart, ReplacementAppliesEveryDeltaTheDeadOneMissed) {
 
 INSTANTIATE_TEST_SUITE_P(Paths, LearnerRestart, testing::Bool(),
                          [](const testing::TestParamInfo<bool>& info) {
-                           return info.param ? "Loader" : "Bus";
+                           return info.param ? "Loader" : "Router";
                          });
 
 } // namespace

@@ -2,9 +2,9 @@
 // (a confused or hostile sender) counts it as unknown_topic and keeps
 // running.
 
-#include "dice/actors/context_exchanger.hpp"
+#include "dice/exchangers/context_exchanger.hpp"
 #include "dice/messages/context_delta.hpp"
-#include "dice/trust.hpp"
+#include "dice/security/trust.hpp"
 
 #include "support/deterministic.hpp"
 #include "support/probes.hpp"
@@ -19,13 +19,13 @@ namespace {
 class RoleTopicTest : public dice::test::deterministic {};
 
 TEST_F(RoleTopicTest, UnsubscribedTopicIsCountedAndIgnored) {
-  auto bus = spawn_bus();
+  auto router = spawn_router();
   auto log = std::make_shared<std::vector<dice::test::seen>>();
   pipeline p;
   context_exchanger_options opts;
   opts.learner_timeout = 1s;
   p.use(context_exchanger(opts)).use(dice::test::probe(log));
-  auto learner = spawn_role(bus, 0, {role::learner}, std::move(p), 2);
+  auto learner = spawn_role(router, 0, {role::learner}, std::move(p), 2);
   start({learner});
   auto before = counter(trust_event::unknown_topic);
   context_delta d;

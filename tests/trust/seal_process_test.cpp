@@ -6,7 +6,7 @@
 // actors send, anonymously. A late collector then ends the run, and the
 // learner's env_step must equal what the collectors sent.
 
-#include "dice/auth.hpp"
+#include "dice/security/auth.hpp"
 #include "dice/messages/context_delta.hpp"
 #include "dice/net/dialer.hpp"
 #include "dice/type_ids.hpp"
@@ -217,7 +217,7 @@ struct spy_state {
 };
 
 // Before: the stranger received the collectors' deltas (1,091 in 2 s) and
-// their epochs.
+// their incarnations.
 TEST_F(SealProcess, AnonymousSubscribeGetsNothing) {
   auto got = std::make_shared<std::atomic<int>>(0);
   auto spy = stranger.spawn([got](caf::event_based_actor*) -> caf::behavior {
@@ -242,7 +242,7 @@ TEST_F(SealProcess, AnonymousSubscribeGetsNothing) {
 TEST_F(SealProcess, AnonymousPublishAddsNothing) {
   dice::context_delta d;
   d.sender = 9;
-  d.epoch = 1;
+  d.incarnation = 1;
   d.seq = 1;
   d.env_step = 1'000'000;
   std::string topic = "context_exchanger_collector";
@@ -252,8 +252,8 @@ TEST_F(SealProcess, AnonymousPublishAddsNothing) {
   EXPECT_EQ(end_run(), 0) << "a forged delta reached the learner's env_step";
 }
 
-// Before: the challenge reply came from the bus; `send_exit(bus, kill)` left
-// the learner running with no bus and no log line; its collectors died of
+// Before: the challenge reply came from the router; `send_exit(router, kill)` left
+// the learner running with no router and no log line; its collectors died of
 // peer loss.
 TEST_F(SealProcess, NoInternalIdLeaksAndKillsDoNothing) {
   caf::scoped_actor self{stranger};

@@ -7,14 +7,14 @@
 // another node's data is covered too. Deterministic: three actor systems on
 // CAF's test coordinator joined by the testing network backend.
 
-#include "dice/actors/bus.hpp"
+#include "dice/actors/router.hpp"
 #include "dice/actors/gate.hpp"
-#include "dice/auth.hpp"
-#include "dice/errc.hpp"
+#include "dice/security/auth.hpp"
+#include "dice/core/errc.hpp"
 #include "dice/messages/context_delta.hpp"
 #include "dice/messages/model_snapshot.hpp"
 #include "dice/messages/snapshot_chunk.hpp"
-#include "dice/trust.hpp"
+#include "dice/security/trust.hpp"
 #include "dice/type_ids.hpp"
 
 #include "caf/exit_reason.hpp"
@@ -33,8 +33,8 @@
 namespace {
 
 using namespace std::chrono_literals;
-using dice::bus_actor;
-using dice::bus_config;
+using dice::router_actor;
+using dice::router_config;
 using dice::trust_event;
 
 /// What the attacker's own actor received (e.g. a stream it subscribed to).
@@ -49,24 +49,24 @@ struct loot {
 
 const std::string secret = "0123456789abcdef0123456789abcdef";
 
-// Planet 0: the learner's bus a (node 0) with member ma on "t" and "model",
+// Planet 0: the learner's router a (node 0) with member ma on "t" and "model",
 // its gate published on port 8080. Planet 1: a genuine collector b (node 1)
 // attached to a, member mb on "t". Planet 2: the attacker.
 class Seal : public dice::test::planets {
  protected:
   void SetUp() override {
-    start(bus_config{});
+    start(router_config{});
   }
 
-  void start(bus_config cfg) {
-    a = spawn_bus(0, 0, cfg);
+  void start(router_config cfg) {
+    a = spawn_router(0, 0, cfg);
     ma = spawn_member(0, a, 0, {"t", "model"});
     publish(0, gate_of(0, a), 8080);
-    b = spawn_bus(1, 1, cfg);
+    b = spawn_router(1, 1, cfg);
     mb = spawn_member(1, b, 1, {"t"});
     attach(1, b, 0, "a", 8080);
-    ASSERT_EQ(bus_of(a).peers.size(), 1u);
-    ASSERT_EQ(bus_of(b).peers.size(), 1u);
+    ASSERT_EQ(router_of(a).peers.size(), 1u);
+    ASSERT_EQ(router_of(b).peers.size(), 1u);
   }
 
   /// Runs `fn` as the attacker (planet 2) against a's published gate.
@@ -85,8 +85,8 @@ class Seal : public dice::test::planets {
     return dice::counter(x);
   }
 
-  bus_actor a;
-  bus_actor b;
+  router_actor a;
+  router_actor b;
   caf::actor ma;
   caf::actor mb;
   std::shared_ptr<loot> got = std::make_shared<loot>();
@@ -107,7 +107,7 @@ caf::behavior thief(caf::stateful_actor<std::shared_ptr<loot>>* self,
 dice::context_delta forged_delta(std::uint32_t sender, std::int64_t steps) {
   dice::context_delta d;
   d.sender = sender;
-  d.epoch = 1;
+  d.incarnation = 1;
   d.seq = 1;
   d.env_step = steps;
   return d;
@@ -121,26 +121,26 @@ TEST_F(Seal, AnonymousFinishIsDroppedAndCounted) {
   attack([](caf::event_based_actor*, caf::actor gate) {
     caf::anon_send(gate, dice::finish{0, "evil", false});
   });
-  EXPECT_FALSE(bus_of(a).finished) << "an anonymous finish ended the run";
+  EXPECT_FALSE(router_of(a).finished) << "an anonymous finish ended the run";
   EXPECT_TRUE(member_of(ma).finishes.empty());
   EXPECT_TRUE(member_of(mb).finishes.empty());
   EXPECT_EQ(count(trust_event::anonymous_dropped), before + 1);
 }
 
-// Before: the bus dialled the host the stranger named, and kept redialling.
+// Before: the router dialled the host the stranger named, and kept redialling.
 TEST_F(Seal, AnonymousAttachIsDropped) {
   auto before = count(trust_event::anonymous_dropped);
   attack([](caf::event_based_actor*, caf::actor gate) {
     caf::anon_send(gate, dice::attach_atom::value, std::string{"evil"},
                    std::uint16_t{6666});
   });
-  EXPECT_TRUE(bus_of(a).endpoints.empty())
+  EXPECT_TRUE(router_of(a).endpoints.empty())
     << "the learner now dials a host a stranger named";
   EXPECT_EQ(count(trust_event::anonymous_dropped), before + 1);
 }
 
 // Before: the stranger received every delta on "t" (1,091 deltas in 2 s over
-// TCP) and with them the senders' epochs.
+// TCP) and with them the senders' incarnations.
 TEST_F(Seal, AnonymousSubscribeGetsNothing) {
   auto before = count(trust_event::anonymous_dropped);
   auto got = this->got;
@@ -177,8 +177,8 @@ TEST_F(Seal, AnonymousJoinAndDoneAreDropped) {
     caf::anon_send(gate, dice::done_atom::value, std::uint32_t{0}, spy);
   });
   publish_delta(1, b, "t", 1, 5);
-  EXPECT_EQ(bus_of(a).members.size(), 1u);
-  EXPECT_TRUE(bus_of(a).done.empty());
+  EXPECT_EQ(router_of(a).members.size(), 1u);
+  EXPECT_TRUE(router_of(a).done.empty());
   EXPECT_TRUE(got->deltas.empty());
   EXPECT_EQ(count(trust_event::anonymous_dropped), before + 2);
 }
@@ -192,7 +192,7 @@ TEST_F(Seal, AFloodOfAnonymousMessagesIsLoggedOnce) {
     for (int i = 0; i < 100; ++i)
       caf::anon_send(gate, dice::finish{9, "evil", false});
   });
-  EXPECT_FALSE(bus_of(a).finished);
+  EXPECT_FALSE(router_of(a).finished);
   EXPECT_EQ(count(trust_event::anonymous_dropped), before + 100);
   EXPECT_EQ(logs.count("from an anonymous sender"), 1u);
 }
@@ -216,8 +216,8 @@ TEST_F(Seal, NamedStrangerGetsNothing) {
   });
   publish_delta(1, b, "t", 1, 5);
   EXPECT_EQ(member_of(ma).deltas.size(), 1u);
-  EXPECT_FALSE(bus_of(a).finished);
-  EXPECT_TRUE(bus_of(a).endpoints.empty());
+  EXPECT_FALSE(router_of(a).finished);
+  EXPECT_TRUE(router_of(a).endpoints.empty());
   EXPECT_TRUE(got->deltas.empty());
   EXPECT_EQ(count(trust_event::stranger_dropped), before + 5);
 }
@@ -225,7 +225,7 @@ TEST_F(Seal, NamedStrangerGetsNothing) {
 // -- ids that leave the node
 // ----------------------------------------------------
 
-// Before: the challenge was answered by the bus, so its id (and with it a
+// Before: the challenge was answered by the router, so its id (and with it a
 // handle any CAF node can kill) reached the stranger.
 TEST_F(Seal, HandshakeRepliesComeFromTheGate) {
   auto got = this->got;
@@ -243,22 +243,22 @@ TEST_F(Seal, HandshakeRepliesComeFromTheGate) {
 
 // Nothing but the gate is reachable from another node: after a handshake and
 // traffic in both directions, CAF's registry (which resolves the actor ids
-// in incoming messages) holds no bus and no member.
+// in incoming messages) holds no router and no member.
 TEST_F(Seal, NoInternalActorIsReachable) {
   publish_delta(1, b, "t", 1, 5);
   publish_delta(0, a, "t", 0, 5);
   for (int i : {0, 1}) {
-    auto& bus = i == 0 ? a : b;
+    auto& router = i == 0 ? a : b;
     auto& m = i == 0 ? ma : mb;
     auto& reg = hosts[i]->sys.registry();
-    EXPECT_EQ(reg.get(bus.id()), nullptr) << "bus of planet " << i;
+    EXPECT_EQ(reg.get(router.id()), nullptr) << "router of planet " << i;
     EXPECT_EQ(reg.get(m.id()), nullptr) << "member of planet " << i;
   }
 }
 
-// Before: the id leaked (or was guessed) and `send_exit(bus, kill)` stopped
-// the bus; the node ran on without it, silently.
-TEST_F(Seal, GuessedBusIdCannotKillTheBus) {
+// Before: the id leaked (or was guessed) and `send_exit(router, kill)` stopped
+// the router; the node ran on without it, silently.
+TEST_F(Seal, GuessedRouterIdCannotKillTheBus) {
   auto aid = a.id();
   attack([=](caf::event_based_actor* self, caf::actor) {
     auto target = guess(2, 0, aid);
@@ -267,14 +267,14 @@ TEST_F(Seal, GuessedBusIdCannotKillTheBus) {
     caf::anon_send(target, caf::make_error(caf::sec::runtime_error));
     self->send_exit(target, caf::exit_reason::kill);
   });
-  ASSERT_TRUE(alive(a)) << "a remote kill stopped the bus";
-  EXPECT_FALSE(bus_of(a).finished);
-  EXPECT_EQ(bus_of(a).peers.size(), 1u);
+  ASSERT_TRUE(alive(a)) << "a remote kill stopped the router";
+  EXPECT_FALSE(router_of(a).finished);
+  EXPECT_EQ(router_of(a).peers.size(), 1u);
 }
 
 // `link_to` a remote actor, then die with `kill`: CAF sends the linked
 // actor an exit with that reason, which no handler can trap.
-TEST_F(Seal, LinkInjectionCannotKillTheBusOrTheGate) {
+TEST_F(Seal, LinkInjectionCannotKillTheRouterOrTheGate) {
   auto aid = a.id();
   attack([=](caf::event_based_actor* self, caf::actor gate) {
     auto target = guess(2, 0, aid);
@@ -287,9 +287,9 @@ TEST_F(Seal, LinkInjectionCannotKillTheBusOrTheGate) {
       }};
     });
   });
-  ASSERT_TRUE(alive(a)) << "a linked remote actor's death killed the bus";
+  ASSERT_TRUE(alive(a)) << "a linked remote actor's death killed the router";
   EXPECT_TRUE(alive(gate_of(0, a)));
-  EXPECT_EQ(bus_of(a).peers.size(), 1u);
+  EXPECT_EQ(router_of(a).peers.size(), 1u);
 }
 
 // An error message or a forged down message stops an actor with CAF's
@@ -306,22 +306,22 @@ TEST_F(Seal, ErrorsAndForgedDownMessagesDoNotStopTheGate) {
   auto gate = gate_of(0, a);
   ASSERT_TRUE(alive(gate)) << "a stranger stopped the published gate";
   // A new peer still gets in.
-  auto c = spawn_bus(2, 2);
+  auto c = spawn_router(2, 2);
   attach(2, c, 0, "a", 8080);
-  EXPECT_EQ(bus_of(a).peers.size(), 2u);
+  EXPECT_EQ(router_of(a).peers.size(), 2u);
 }
 
 // -- item 3: a peer can only speak for itself
 // ------------------------------------
 
-dice::model_snapshot snapshot_named(std::uint32_t sender, std::uint64_t epoch,
+dice::model_snapshot snapshot_named(std::uint32_t sender, std::uint64_t incarnation,
                                     std::int64_t version,
                                     std::size_t bytes = 64) {
   dice::snapshot_builder bld;
   std::vector<std::uint8_t> w(bytes, 7);
   bld.add("w", dice::dtype::uint8, {static_cast<std::int64_t>(bytes)}, w.data(),
           w.size());
-  auto x = bld.build(sender, epoch, version, 0);
+  auto x = bld.build(sender, incarnation, version, 0);
   return x;
 }
 
@@ -330,7 +330,7 @@ dice::model_snapshot snapshot_named(std::uint32_t sender, std::uint64_t epoch,
 // model as "not newer" (60 s stall per iteration).
 TEST_F(Seal, PeerCannotForwardInAnotherNodesName) {
   auto before = count(trust_event::forged_origin);
-  auto proxy = bus_of(b).peers[0].handle;
+  auto proxy = router_of(b).peers[0].handle;
   auto gate_b = gate_of(1, b);
   hosts[1]->sys.spawn([=](caf::event_based_actor*) {
     auto x = snapshot_named(0, 77, std::int64_t{1} << 62);
@@ -356,16 +356,16 @@ TEST_F(Seal, PeerCannotForwardInAnotherNodesName) {
 }
 
 // A restarted collector republishes its predecessor's deltas from its spool
-// under the old epoch; a peer may do that only in its own name. Node 1
-// forwarding node 3's deltas (of an older epoch, as a spool would hold them)
+// under the old incarnation; a peer may do that only in its own name. Node 1
+// forwarding node 3's deltas (of an older incarnation, as a spool would hold them)
 // is refused outside and inside, and nothing reaches the learner's member.
 TEST_F(Seal, PeerCannotRepublishAnotherNodesDeltas) {
   auto before = count(trust_event::forged_origin);
-  auto proxy = bus_of(b).peers[0].handle;
+  auto proxy = router_of(b).peers[0].handle;
   auto gate_b = gate_of(1, b);
   hosts[1]->sys.spawn([=](caf::event_based_actor*) {
     auto d = forged_delta(3, 1000);
-    d.epoch = 0xA11CE; // an older incarnation of node 3
+    d.incarnation = 0xA11CE; // an older incarnation of node 3
     d.seq = 7;
     d.base = 7;
     caf::send_as(gate_b, proxy, dice::forward_atom::value, std::string{"t"},
@@ -377,7 +377,7 @@ TEST_F(Seal, PeerCannotRepublishAnotherNodesDeltas) {
   EXPECT_TRUE(member_of(ma).deltas.empty())
     << "a peer republished another node's delta";
   EXPECT_EQ(count(trust_event::forged_origin), before + 2);
-  // Its own republished deltas (any epoch of its own) still flow.
+  // Its own republished deltas (any incarnation of its own) still flow.
   publish_delta(1, b, "t", 1, 5);
   EXPECT_EQ(member_of(ma).deltas.size(), 1u);
 }
@@ -386,7 +386,7 @@ TEST_F(Seal, PeerCannotRepublishAnotherNodesDeltas) {
 // forwarded it.
 TEST_F(Seal, ChunkFromAnotherOriginIsDropped) {
   auto before = count(trust_event::forged_origin);
-  auto proxy = bus_of(b).peers[0].handle;
+  auto proxy = router_of(b).peers[0].handle;
   auto gate_b = gate_of(1, b);
   dice::snapshot_chunker chunker{16};
   auto chunks = chunker.split(7, "model", 0, snapshot_named(0, 77, 5, 40));

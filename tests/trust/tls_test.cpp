@@ -4,12 +4,12 @@
 // client with a certificate the CA did not sign get nothing. Certificate
 // settings are checked before CAF sees them (it aborts on a bad path).
 
-#include "dice/actors/bus.hpp"
-#include "dice/actors/node.hpp"
-#include "dice/auth.hpp"
-#include "dice/errc.hpp"
+#include "dice/actors/router.hpp"
+#include "dice/runtime/node.hpp"
+#include "dice/security/auth.hpp"
+#include "dice/core/errc.hpp"
 #include "dice/net/dialer.hpp"
-#include "dice/trust.hpp"
+#include "dice/security/trust.hpp"
 
 #include "caf/actor_system.hpp"
 #include "caf/scoped_actor.hpp"
@@ -89,14 +89,14 @@ class Tls : public ::testing::Test {
     /// dice's dialer without the node's checks of `files` (a stranger's
     /// certificate passes no validation).
     dialer,
-    /// CAF's own connect (a bus without dialer), plain or TLS.
+    /// CAF's own connect (a router without dialer), plain or TLS.
     caf,
   };
 
-  /// Number of peers a client bus has after `deadline` (or once it has one).
+  /// Number of peers a client router has after `deadline` (or once it has one).
   std::uint32_t connect(caf::actor_system& sys, via how, dice::tls_files files,
                         std::uint16_t port, caf::timespan deadline) {
-    dice::bus_actor b;
+    dice::router_actor b;
     if (how == via::dice) {
       dice::node_config nc;
       nc.id = 1;
@@ -110,19 +110,19 @@ class Tls : public ::testing::Test {
         ADD_FAILURE() << dice::render(n.error());
         return 0;
       }
-      b = n->bus();
+      b = n->router();
     } else if (how == via::dialer) {
-      dice::bus_config bc;
+      dice::router_config bc;
       bc.node = 1;
       bc.connect_timeout = 500ms;
       bc.dialer = dice::net::spawn_dialer(sys, {1, "", files.any(), 500ms});
-      b = sys.spawn(dice::bus, bc);
+      b = sys.spawn(dice::router_behavior, bc);
     } else {
-      dice::bus_config bc;
+      dice::router_config bc;
       bc.node = 1;
       bc.tls = files.any();
       bc.connect_timeout = 500ms;
-      b = sys.spawn(dice::bus, bc);
+      b = sys.spawn(dice::router_behavior, bc);
     }
     caf::scoped_actor self{sys};
     self->send(b, dice::attach_atom::value, std::string{"127.0.0.1"}, port);

@@ -1,9 +1,9 @@
 #pragma once
 
-#include "dice/actors/loader_options.hpp"
-#include "dice/actors/senders.hpp"
+#include "dice/exchangers/loader_options.hpp"
+#include "dice/security/senders.hpp"
 #include "dice/messages/model_snapshot.hpp"
-#include "dice/messages/storage.hpp"
+#include "dice/storage/storage.hpp"
 #include "dice/messages/storage_ref.hpp"
 #include "dice/type_ids.hpp"
 
@@ -26,8 +26,8 @@ using model_loader_actor = caf::typed_actor<
   caf::replies_to<save_atom, model_snapshot>::with<storage_ref>,
   // load(ref) -> the snapshot (fresh bytes).
   caf::replies_to<load_atom, storage_ref>::with<model_snapshot>,
-  // save(snapshot, bus, topics): store, then publish (topic, ref) on the
-  // bus for each topic (DI-engine's save(cb) with cb = emit).
+  // save(snapshot, router, topics): store, then publish (topic, ref) on the
+  // router for each topic (DI-engine's save(cb) with cb = emit).
   caf::reacts_to<save_atom, model_snapshot, caf::actor,
                  std::vector<std::string>>,
   // load(ref, receiver, topic) -> true: load, send (topic, snapshot) to the
@@ -36,7 +36,7 @@ using model_loader_actor = caf::typed_actor<
   // or expired item gives DI-engine's warning, and the answer is false.
   caf::replies_to<load_atom, storage_ref, caf::actor, std::string>::with<bool>,
   // flush -> true once every earlier save has been published (the role
-  // actor's barrier before it tells its bus the run is over and it is done)
+  // actor's barrier before it tells its router the run is over and it is done)
   caf::replies_to<flush_atom>::with<bool>,
   // internal: remove expired items
   caf::reacts_to<tick_atom>>;
@@ -57,7 +57,7 @@ struct model_loader_state {
 
 /// Behaviour of a model loader.
 model_loader_actor::behavior_type
-model_loader(model_loader_actor::stateful_pointer<model_loader_state> self,
+model_loader_behavior(model_loader_actor::stateful_pointer<model_loader_state> self,
              loader_options opts);
 
 /// Spawns a model loader (detached unless `opts.detached` is false).

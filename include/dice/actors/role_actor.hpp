@@ -1,15 +1,15 @@
 #pragma once
 
-#include "dice/actors/bus.hpp"
-#include "dice/actors/senders.hpp"
-#include "dice/context.hpp"
+#include "dice/actors/router.hpp"
+#include "dice/security/senders.hpp"
+#include "dice/core/context.hpp"
 #include "dice/messages/context_delta.hpp"
 #include "dice/messages/finish.hpp"
 #include "dice/messages/model_snapshot.hpp"
 #include "dice/messages/peer_event.hpp"
 #include "dice/messages/storage_ref.hpp"
-#include "dice/middleware.hpp"
-#include "dice/node_report.hpp"
+#include "dice/runtime/middleware.hpp"
+#include "dice/core/node_report.hpp"
 #include "dice/type_ids.hpp"
 
 #include "caf/stateful_actor.hpp"
@@ -55,19 +55,19 @@ struct role_config {
   role_set roles;
   /// Iterations to run; 0 runs until the cluster finishes.
   std::int64_t max_step = 0;
-  /// The node's bus.
-  bus_actor bus;
+  /// The node's router.
+  router_actor router;
   /// Wait for `start_atom` before the first iteration (lets a launcher
-  /// join every actor to the bus first).
+  /// join every actor to the router first).
   bool wait_for_start = false;
   /// Incarnation id; 0 picks a random one.
-  std::uint64_t epoch = 0;
+  std::uint64_t incarnation = 0;
   /// Print the final report as one JSON line on stdout.
   bool print_report = false;
   /// Receives the final report (e.g. a launcher waiting for the run).
   caf::actor report_to;
   /// After its last iteration a node keeps receiving until every member of
-  /// the bus is done (so nothing in flight is lost), at most this long.
+  /// the router is done (so nothing in flight is lost), at most this long.
   caf::timespan drain_timeout = std::chrono::seconds{10};
   /// Longest wait for one load a middleware started (node_services::load).
   caf::timespan load_timeout = std::chrono::seconds{30};
@@ -80,7 +80,7 @@ struct role_config {
   std::int64_t restarts = 0;
   /// Run on its own thread (CAF `detached`): middleware that trains,
   /// evaluates or writes files then never holds a worker of the pool the
-  /// bus routes on (bench/router_latency_bench). Ignored on CAF's test
+  /// router routes on (bench/router_latency_bench). Ignored on CAF's test
   /// coordinator (deterministic mode), where every actor shares one thread.
   bool detached = true;
   /// Where a collector's context exchanger spools unacknowledged deltas
@@ -98,7 +98,7 @@ struct role_state : node_services {
 
   std::uint32_t node_id() const override;
   role_set roles() const override;
-  std::uint64_t epoch() const override;
+  std::uint64_t incarnation() const override;
   void subscribe(const std::string& topic, handler fn) override;
   void publish(const std::string& topic, caf::message msg) override;
   caf::actor_clock::time_point now() const override;
@@ -106,7 +106,7 @@ struct role_state : node_services {
   void request_finish(std::string reason) override;
   void flush_before_done(caf::actor worker) override;
   caf::actor handle() override;
-  caf::actor bus_handle() override;
+  caf::actor router_handle() override;
   void load(const caf::actor& loader, const storage_ref& ref,
             const std::string& topic) override;
   void quit_when(std::function<bool()> settled) override;
@@ -119,7 +119,7 @@ struct role_state : node_services {
 
   // -- iteration engine -------------------------------------------------------
 
-  /// Attaches the middleware and joins the bus.
+  /// Attaches the middleware and joins the router.
   void init(role_config cfg, pipeline pipe);
 
   /// Runs one iteration from its first stage.
@@ -147,7 +147,7 @@ struct role_state : node_services {
   /// A load started by `load()` was answered (or timed out).
   void load_done();
 
-  /// Hands a peer_event from the bus to the middleware.
+  /// Hands a peer_event from the router to the middleware.
   void on_peer(const peer_event& x);
 
   /// Runs the middleware timer `id` if it is still scheduled.
@@ -156,12 +156,12 @@ struct role_state : node_services {
   /// Finishes the iteration: next one, or stop.
   void end_iteration();
 
-  /// Ends iterating: once the workers flushed, tells the bus that the run
+  /// Ends iterating: once the workers flushed, tells the router that the run
   /// is over and that this node is done, then waits (bounded) until every
   /// member is, still receiving messages.
   void stop(const std::string& reason);
 
-  /// Tells the bus the run is over (if this node has not yet) and that
+  /// Tells the router the run is over (if this node has not yet) and that
   /// this node is done (after the workers flushed).
   void send_done();
 
@@ -199,7 +199,7 @@ struct role_state : node_services {
   std::optional<wait_for> pending;
   /// Identifies the pending wait's deadline message.
   std::uint64_t wait_id = 0;
-  /// Joined the bus (its subscriptions are known).
+  /// Joined the router (its subscriptions are known).
   bool joined = false;
   /// Got `start_atom` (or does not need it).
   bool started = false;
@@ -211,20 +211,20 @@ struct role_state : node_services {
   bool stopped = false;
   /// quit_now() ran.
   bool quitted = false;
-  /// Workers to flush before telling the bus this node is done.
+  /// Workers to flush before telling the router this node is done.
   std::vector<caf::actor> flush_targets;
   /// Flush answers still outstanding.
   std::size_t pending_flushes = 0;
   /// Identifies the drain deadline message.
   std::uint64_t drain_id = 0;
-  /// This node already told the bus that the run is over.
+  /// This node already told the router that the run is over.
   bool finish_sent = false;
-  /// The finish this node decided on; it goes to the bus from stop(), after
+  /// The finish this node decided on; it goes to the router from stop(), after
   /// the node's last data.
   std::optional<finish> own_finish;
   /// Loads started by middleware and not answered yet.
   std::size_t pending_loads = 0;
-  /// The bus released this node (every member of the cluster is done).
+  /// The router released this node (every member of the cluster is done).
   bool released = false;
   /// What must hold before the node quits (node_services::quit_when).
   std::vector<std::function<bool()>> quit_conditions;
@@ -246,11 +246,11 @@ struct role_state : node_services {
 
 /// Behaviour of a role actor.
 role_actor::behavior_type
-role_runner(role_actor::stateful_pointer<role_state> self, role_config cfg,
+role_behavior(role_actor::stateful_pointer<role_state> self, role_config cfg,
             pipeline pipe);
 
 /// Spawns a role actor running `pipe`: detached when `cfg.detached` and
-/// `sys` is not deterministic (see dice/actors/scheduling.hpp).
+/// `sys` is not deterministic (see dice/runtime/scheduling.hpp).
 role_actor spawn_role(caf::actor_system& sys, role_config cfg, pipeline pipe);
 
 } // namespace dice

@@ -1,9 +1,9 @@
 #pragma once
 
-#include "dice/actors/loader_options.hpp"
-#include "dice/actors/senders.hpp"
+#include "dice/exchangers/loader_options.hpp"
+#include "dice/security/senders.hpp"
 #include "dice/messages/context_delta.hpp"
-#include "dice/messages/storage.hpp"
+#include "dice/storage/storage.hpp"
 #include "dice/messages/storage_ref.hpp"
 #include "dice/type_ids.hpp"
 
@@ -27,8 +27,8 @@ using storage_loader_actor = caf::typed_actor<
   caf::replies_to<save_atom, context_delta>::with<storage_ref>,
   // load(ref) -> the delta (fresh bytes).
   caf::replies_to<load_atom, storage_ref>::with<context_delta>,
-  // save(delta, bus, topics): store, then publish (topic, ref) on the
-  // bus for each topic (DI-engine's save(cb) with cb = emit).
+  // save(delta, router, topics): store, then publish (topic, ref) on the
+  // router for each topic (DI-engine's save(cb) with cb = emit).
   caf::reacts_to<save_atom, context_delta, caf::actor,
                  std::vector<std::string>>,
   // load(ref, receiver, topic) -> true: load, send (topic, context_delta) to
@@ -37,7 +37,7 @@ using storage_loader_actor = caf::typed_actor<
   // or expired item gives DI-engine's warning, and the answer is false.
   caf::replies_to<load_atom, storage_ref, caf::actor, std::string>::with<bool>,
   // flush -> true once every earlier save has been published (the role
-  // actor's barrier before it tells its bus the run is over and it is done)
+  // actor's barrier before it tells its router the run is over and it is done)
   caf::replies_to<flush_atom>::with<bool>,
   // internal: remove expired items
   caf::reacts_to<tick_atom>>;
@@ -57,7 +57,7 @@ struct storage_loader_state {
 };
 
 /// Behaviour of a storage loader.
-storage_loader_actor::behavior_type storage_loader(
+storage_loader_actor::behavior_type storage_loader_behavior(
   storage_loader_actor::stateful_pointer<storage_loader_state> self,
   loader_options opts);
 

@@ -1,7 +1,7 @@
 #pragma once
 
 #include "dice/messages/payload.hpp"
-#include "dice/role.hpp"
+#include "dice/core/role.hpp"
 
 #include "caf/meta/type_name.hpp"
 #include "caf/optional.hpp"
@@ -18,10 +18,10 @@ struct context_delta {
   /// Node id of the sender.
   std::uint32_t sender = 0;
   /// Incarnation of the sender (changes when a node restarts).
-  std::uint64_t epoch = 0;
-  /// Per-sender sequence number, 1 for the first delta of an epoch.
+  std::uint64_t incarnation = 0;
+  /// Per-sender sequence number, 1 for the first delta of an incarnation.
   std::uint64_t seq = 0;
-  /// Lowest seq of this (sender, epoch) the sender holds unacknowledged when
+  /// Lowest seq of this (sender, incarnation) the sender holds unacknowledged when
   /// it sends (1 <= base <= seq): every seq below it is settled, so a
   /// receiver new to the stream starts it here instead of at whatever seq
   /// reaches it first (protocol v3). 0 says nothing (the stream is taken to
@@ -52,7 +52,7 @@ bool operator==(const context_delta& x, const context_delta& y);
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, context_delta& x) {
-  return f(caf::meta::type_name("dice::context_delta"), x.sender, x.epoch,
+  return f(caf::meta::type_name("dice::context_delta"), x.sender, x.incarnation,
            x.seq, x.base, x.sender_roles, x.env_step, x.env_episode,
            x.train_iter, x.trajectories, x.episodes, x.trajectory_end_idx,
            x.has_trajectory_end_idx, x.model_version);

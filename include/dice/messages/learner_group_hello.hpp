@@ -1,10 +1,10 @@
 #pragma once
 
-// What learners of a data-parallel group tell each other over the bus:
+// What learners of a data-parallel group tell each other over the router:
 // rank 0's rendezvous address (retained, so a learner that connects later
 // still gets it), after a failed step which learners are still alive, and a
 // restarted learner's request to join the running group.
-// Both travel as short text with a strict parser: the bus is authenticated
+// Both travel as short text with a strict parser: the router is authenticated
 // (cluster secret, TLS), and a malformed line is refused, never trusted.
 
 #include <charconv>
@@ -16,7 +16,7 @@
 
 namespace dice {
 
-/// Topic of rank 0's rendezvous address (the bus retains its last message).
+/// Topic of rank 0's rendezvous address (the router retains its last message).
 inline constexpr const char learner_group_topic[] = "learner_group";
 
 /// Topic on which survivors of a failed step announce themselves, and

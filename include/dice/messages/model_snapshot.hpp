@@ -61,8 +61,8 @@ struct model_snapshot {
   /// Node id of the sender.
   std::uint32_t sender = 0;
   /// Incarnation of the sender (changes when a node restarts).
-  std::uint64_t epoch = 0;
-  /// Monotonic version per sender epoch (DI-engine's PME `id`).
+  std::uint64_t incarnation = 0;
+  /// Monotonic version per sender incarnation (DI-engine's PME `id`).
   std::int64_t version = 0;
   /// Sender's wall clock at send time, ns since the UNIX epoch.
   std::int64_t send_time_ns = 0;
@@ -77,7 +77,7 @@ bool operator==(const model_snapshot& x, const model_snapshot& y);
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, model_snapshot& x) {
-  return f(caf::meta::type_name("dice::model_snapshot"), x.sender, x.epoch,
+  return f(caf::meta::type_name("dice::model_snapshot"), x.sender, x.incarnation,
            x.version, x.send_time_ns, x.index, x.data);
 }
 
@@ -104,7 +104,7 @@ class snapshot_builder {
            const void* bytes, std::size_t nbytes);
 
   /// Finishes the snapshot; the builder is empty afterwards.
-  model_snapshot build(std::uint32_t sender, std::uint64_t epoch,
+  model_snapshot build(std::uint32_t sender, std::uint64_t incarnation,
                        std::int64_t version, std::int64_t send_time_ns);
 
  private:

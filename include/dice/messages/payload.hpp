@@ -1,9 +1,9 @@
 #pragma once
 
-#include "dice/errc.hpp"
+#include "dice/core/errc.hpp"
 #include "dice/messages/bounded_archive.hpp"
 #include "dice/messages/shared_bytes.hpp"
-#include "dice/trust.hpp"
+#include "dice/security/trust.hpp"
 
 #include "caf/expected.hpp"
 #include "caf/meta/type_name.hpp"

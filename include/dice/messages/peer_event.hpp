@@ -1,6 +1,6 @@
 #pragma once
 
-#include "dice/role.hpp"
+#include "dice/core/role.hpp"
 
 #include "caf/meta/type_name.hpp"
 
@@ -8,7 +8,7 @@
 
 namespace dice {
 
-/// What a bus tells its members (never a peer) when a peer node finished
+/// What a router tells its members (never a peer) when a peer node finished
 /// its handshake (`up`) or was lost: e.g. a collector resends its
 /// unacknowledged context at once when a learner (re)connects instead of
 /// waiting for its resend timer.

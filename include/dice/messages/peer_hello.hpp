@@ -1,7 +1,7 @@
 #pragma once
 
 #include "dice/messages/finish.hpp"
-#include "dice/role.hpp"
+#include "dice/core/role.hpp"
 
 #include "caf/meta/type_name.hpp"
 
@@ -11,7 +11,7 @@
 
 namespace dice {
 
-/// Version of the bus-to-bus protocol; peers with another version are
+/// Version of the router-to-router protocol; peers with another version are
 /// refused at the handshake. 3: every connection starts with dice's
 /// preamble (net/preamble.hpp) before CAF's BASP, and context deltas carry
 /// `base`. 4: peers talk to each other's gate only; the hello carries no
@@ -21,13 +21,13 @@ namespace dice {
 /// snapshot references on BASP; net/data_plane.hpp). 6: the hello's `data`
 /// is an X25519 key exchange, data connections prove the control session
 /// (net/data_auth.hpp) and run TLS when TLS is on.
-inline constexpr std::uint32_t bus_protocol_version = 6;
+inline constexpr std::uint32_t router_protocol_version = 6;
 
 /// The handshake between two nodes: who the node is, what it listens to,
 /// and whether its run is over.
 struct peer_hello {
-  /// Must equal `bus_protocol_version`.
-  std::uint32_t version = bus_protocol_version;
+  /// Must equal `router_protocol_version`.
+  std::uint32_t version = router_protocol_version;
   /// Node id of the sender.
   std::uint32_t node = 0;
   /// Roles of the sender.
@@ -39,7 +39,7 @@ struct peer_hello {
   /// Every member of the sender is done (it publishes nothing more).
   bool drained = false;
   /// With a cluster secret: the attacher's answer to the acceptor's
-  /// challenge (see dice/auth.hpp); empty otherwise.
+  /// challenge (see dice/security/auth.hpp); empty otherwise.
   std::string proof;
   /// The data plane: in the attacher's hello its ephemeral X25519 public
   /// key if it can open data connections; in the acceptor's answer the

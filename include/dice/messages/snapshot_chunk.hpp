@@ -115,13 +115,13 @@ class chunk_bytes {
   shared_bytes own_;
 };
 
-/// One piece of a model snapshot on its way from one bus to a peer bus.
-/// Chunks of a transfer travel in order on one connection; the receiving bus
+/// One piece of a model snapshot on its way from one router to a peer router.
+/// Chunks of a transfer travel in order on one connection; the receiving router
 /// reassembles them (see `snapshot_chunker`).
 struct snapshot_chunk {
-  /// Node of the bus that split the snapshot.
+  /// Node of the router that split the snapshot.
   std::uint32_t origin = 0;
-  /// Transfer id, unique per origin bus.
+  /// Transfer id, unique per origin router.
   std::uint64_t transfer = 0;
   /// Topic the snapshot was published on.
   std::string topic;

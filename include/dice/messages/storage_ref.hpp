@@ -16,7 +16,7 @@ enum class storage_kind : std::uint8_t {
 };
 
 /// A handle to data kept outside the message (DI-engine's `Storage`): only
-/// this travels on the bus; a loader on the receiving side reads the bytes.
+/// this travels on the router; a loader on the receiving side reads the bytes.
 struct storage_ref {
   /// File or shared memory.
   storage_kind kind = storage_kind::file;

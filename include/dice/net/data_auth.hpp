@@ -4,7 +4,7 @@
 // (net/data_plane.hpp). OpenSSL does the cryptography (X25519, HMAC-SHA256);
 // these functions only fix what goes into it.
 //
-// On the control session (the bus hello over BASP, authenticated by the
+// On the control session (the router hello over BASP, authenticated by the
 // cluster secret's challenge-response) the attacher sends an ephemeral
 // X25519 public key, the acceptor answers with its own. Both derive
 //

@@ -1,11 +1,11 @@
 #pragma once
 
-// The data plane: bulk bytes (model snapshots) between two connected buses
+// The data plane: bulk bytes (model snapshots) between two connected routers
 // on their own TCP connections, beside CAF's BASP, which copies every
 // message into its write buffer and runs every stream on one multiplexer
 // thread (docs/storage.md has the profile). BASP keeps everything else.
 //
-// Setup rides on the bus handshake, nothing to configure: the attacher's
+// Setup rides on the router handshake, nothing to configure: the attacher's
 // hello carries an ephemeral X25519 public key, the acceptor answers with
 // its own, and both derive a session key K from the cluster secret, both
 // node ids and the key exchange (net/data_auth.hpp). The attacher then
@@ -21,7 +21,7 @@
 // TLS, read straight into the destination buffer).
 //
 // A snapshot sent this way is followed on BASP by a small reference (topic,
-// sender, transfer id, the snapshot without its bytes); the receiving bus
+// sender, transfer id, the snapshot without its bytes); the receiving router
 // claims the bytes from `inbox()` in BASP order, so snapshots keep their
 // order relative to everything else a peer sends (finish, done).
 //
@@ -33,9 +33,9 @@
 // claimed are bounded per peer (`max_peer_bytes`: the reader stops reading,
 // and TCP pushes back on the sender); a transfer cut short or with a wrong
 // checksum is dropped whole, never delivered. When no data connection is up
-// the bus falls back to BASP chunks, with a warning and a counter.
+// the router falls back to BASP chunks, with a warning and a counter.
 
-#include "dice/auth.hpp"
+#include "dice/security/auth.hpp"
 #include "dice/messages/shared_bytes.hpp"
 #include "dice/net/data_auth.hpp"
 
@@ -86,11 +86,11 @@ struct data_plane_config {
   /// Deadline to open one data connection (connect, preamble, bind).
   caf::timespan connect_timeout = std::chrono::seconds{2};
   /// A write blocked this long fails the connection; a reference whose
-  /// bytes have not arrived this long after the bus asked is dropped.
+  /// bytes have not arrived this long after the router asked is dropped.
   caf::timespan io_timeout = std::chrono::seconds{10};
   /// Largest transfer a peer may announce.
   std::uint64_t max_transfer_bytes = max_wire_bytes;
-  /// Most bytes received from one peer and not yet claimed by the bus.
+  /// Most bytes received from one peer and not yet claimed by the router.
   std::uint64_t max_peer_bytes = max_wire_bytes;
   /// Snapshots with fewer bytes stay on BASP (one message, no second trip).
   std::size_t min_bytes = std::size_t{1} << 20;
@@ -177,7 +177,7 @@ class data_plane {
   ~data_plane();
 
   /// False only when TLS is asked for and its context cannot be built: the
-  /// bus then never offers or dials data connections.
+  /// router then never offers or dials data connections.
   bool enabled() const noexcept {
     return enabled_;
   }
@@ -245,7 +245,7 @@ class data_plane {
   bool wait_sendable(std::uint32_t peer, caf::timespan timeout) const;
 
   /// The peer is lost: revokes its session, closes its connections, drops
-  /// what it sent and fails the bus's open claims.
+  /// what it sent and fails the router's open claims.
   void drop_peer(std::uint32_t peer);
 
   /// Closes everything and joins every thread (idempotent).
@@ -280,7 +280,7 @@ class data_plane {
   mutable std::condition_variable changed_;
   bool stopping_ = false;
   std::uint64_t next_transfer_ = 0;
-  std::uint64_t next_epoch_ = 0;
+  std::uint64_t next_link_gen_ = 0;
   std::map<std::uint32_t, std::shared_ptr<session>> sessions_;
   std::map<std::uint32_t, std::shared_ptr<out_link>> out_;
   std::map<std::uint32_t, std::shared_ptr<in_link>> in_;

@@ -52,9 +52,9 @@ inline constexpr std::size_t preamble_nonce_size = 32;
 /// What a connection carries once the preamble is done. One port serves
 /// every channel; unknown channels are refused.
 enum class channel : std::uint8_t {
-  /// CAF's BASP: the buses' messages.
+  /// CAF's BASP: the routers' messages.
   control = 1,
-  /// Bulk bytes between two connected buses (net/data_plane.hpp), bound to
+  /// Bulk bytes between two connected routers (net/data_plane.hpp), bound to
   /// their control session by a MAC (net/data_auth.hpp).
   data = 2,
 };

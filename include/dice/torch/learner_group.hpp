@@ -40,7 +40,7 @@ enum class reduce_mode : std::uint8_t {
 std::string to_string(reduce_mode x);
 
 /// A key-value store for forming a group, in place of rank 0's TCPStore:
-/// e.g. one carried over dice's authenticated bus. Errors are values; the
+/// e.g. one carried over dice's authenticated router. Errors are values; the
 /// group turns them into a failed `join()`.
 class rendezvous_store {
  public:

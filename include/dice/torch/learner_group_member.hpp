@@ -1,16 +1,16 @@
 #pragma once
 
 // One learner node's membership in a data-parallel group (issue 12): forms
-// the group through dice's bus (rank 0 publishes its rendezvous address on
+// the group through dice's router (rank 0 publishes its rendezvous address on
 // `learner_group_topic`), keeps the group's env_step / env_episode exact,
 // partitions the collectors' context between the learners, and re-forms
 // the group without a learner that died. The application supplies the
 // model-specific parts (`sync_state`, `progress`) and calls `sync` once per
 // iteration and the group's collectives between backward and step.
 
-#include "dice/actors/context_exchanger.hpp"
-#include "dice/context.hpp"
-#include "dice/middleware.hpp"
+#include "dice/exchangers/context_exchanger.hpp"
+#include "dice/core/context.hpp"
+#include "dice/runtime/middleware.hpp"
 #include "dice/torch/learner_group.hpp"
 
 #include "caf/error.hpp"

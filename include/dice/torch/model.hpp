@@ -3,7 +3,7 @@
 // LibTorch side of dice: only programs that own torch models include this.
 
 #include "dice/messages/model_snapshot.hpp"
-#include "dice/model.hpp"
+#include "dice/core/model.hpp"
 
 #include "caf/error.hpp"
 #include "caf/expected.hpp"

@@ -1,10 +1,10 @@
 // Runs a learner and a collector in one process with an installed dice and
 // prints the learner's env_step.
 
-#include "dice/main.hpp"
+#include "dice/runtime/main.hpp"
 
-#include "dice/actors/context_exchanger.hpp"
-#include "dice/actors/local_cluster.hpp"
+#include "dice/exchangers/context_exchanger.hpp"
+#include "dice/runtime/local_cluster.hpp"
 #include "dice/type_ids.hpp"
 
 #include "caf/actor_system.hpp"

@@ -1,0 +1,240 @@
+#pragma once
+
+#include "dice/net/chunker.hpp"
+#include "dice/security/senders.hpp"
+#include "dice/messages/finish.hpp"
+#include "dice/messages/peer_hello.hpp"
+#include "dice/core/role.hpp"
+#include "dice/type_ids.hpp"
+
+#include "caf/actor.hpp"
+#include "caf/message.hpp"
+#include "caf/response_promise.hpp"
+#include "caf/stateful_actor.hpp"
+#include "caf/timespan.hpp"
+#include "caf/typed_actor.hpp"
+#include "caf/typed_event_based_actor.hpp"
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace dice::net {
+class data_plane;
+} // namespace dice::net
+
+namespace dice {
+
+/// A node's message router: role actors join it, subscribe to topics and
+/// publish on them; it delivers each message once to every subscriber of
+/// its topic on another node (DI-engine's `emit(only_remote=True)` +
+/// `on`), holds messages for topics nobody subscribed to yet, and spreads
+/// `finish`. Routers of different nodes connect through CAF's middleman
+/// (`attach`): a handshake, then each peer gets one copy of every message on
+/// a topic one of its members subscribed to.
+///
+/// Other nodes never talk to the router itself: each router spawns a gate
+/// (dice/actors/gate.hpp), the one actor a node publishes, and all traffic
+/// with peers goes through it in both directions. Local control (join,
+/// subscribe, publish, done, attach, peers, gate) is taken only from actors
+/// of this node that name themselves and that no other node can name (see
+/// dice/security/senders.hpp); peer traffic only from an authenticated peer's
+/// gate, and only in that peer's own name.
+using router_actor = caf::typed_actor<
+  // join(node, roles, member, topics) -> the finish, if the run is over.
+  caf::replies_to<join_atom, std::uint32_t, role_set, caf::actor,
+                  std::vector<std::string>>::with<std::vector<finish>>,
+  // subscribe(topic, node, member)
+  caf::reacts_to<subscribe_atom, std::string, std::uint32_t, caf::actor>,
+  // publish(topic, sender node, message)
+  caf::reacts_to<publish_atom, std::string, std::uint32_t, caf::message>,
+  // the run is over (from a local member, or relayed by a peer)
+  caf::reacts_to<finish>,
+  // done(node, member): the member has finished its last iteration and will
+  // publish nothing more; once every member is done, each gets (done).
+  caf::reacts_to<done_atom, std::uint32_t, caf::actor>,
+  // -- from this node's gate: another node's handshake -----------------------
+  // hello(from, peer) -> hello: refused on a protocol mismatch, a wrong
+  // secret, this node's own id, or (retry_later) a node id still connected
+  // through another actor.
+  caf::replies_to<hello_atom, caf::actor, peer_hello>::with<peer_hello>,
+  // hello(from, nonce) -> (nonce, proof): the cluster-secret challenge that
+  // comes before the hello when a secret is set (dice/security/auth.hpp).
+  caf::replies_to<hello_atom, caf::actor, std::string>::with<std::string,
+                                                             std::string>,
+  // -- from peers (through the gate, sender kept) -----------------------------
+  // subscribe(topic, peer node): a member of the peer subscribed later.
+  caf::reacts_to<subscribe_atom, std::string, std::uint32_t>,
+  // forward(topic, sender node, message): a peer's publish.
+  caf::reacts_to<forward_atom, std::string, std::uint32_t, caf::message>,
+  // forward(chunk): a piece of a large snapshot a peer published.
+  caf::reacts_to<forward_atom, snapshot_chunk>,
+  // forward(topic, sender node, transfer, snapshot without its bytes): a
+  // snapshot whose bytes travel on the data plane (net/data_plane.hpp).
+  caf::reacts_to<forward_atom, std::string, std::uint32_t, std::uint64_t,
+                 model_snapshot>,
+  // done(peer node): every member of the peer is done.
+  caf::reacts_to<done_atom, std::uint32_t>,
+  // -- control ----------------------------------------------------------------
+  // attach(host, port): connect to a peer node and stay connected.
+  caf::reacts_to<attach_atom, std::string, std::uint16_t>,
+  // peers(n) -> connected peers, once at least n are connected.
+  caf::replies_to<peers_atom, std::uint32_t>::with<std::uint32_t>,
+  // gate -> the actor to publish for this node.
+  caf::replies_to<gate_atom>::with<caf::actor>,
+  // internal timers: (tick, kind, id)
+  caf::reacts_to<tick_atom, std::uint32_t, std::uint64_t>>;
+
+/// Most messages a router keeps from a peer whose handshake answer has not
+/// arrived yet (its backlog for this node, sent just before the answer).
+inline constexpr std::size_t max_handshake_backlog = 1 << 16;
+
+/// Settings of a router.
+struct router_config {
+  /// Messages held per topic while nobody subscribes (oldest dropped); a
+  /// retained topic holds its last message only.
+  std::size_t max_held_per_topic = 1024;
+  /// This node's id (used in the handshake and in logs).
+  std::uint32_t node = 0;
+  /// This node's roles (told to peers).
+  role_set roles;
+  /// True in a cluster: the node expects peers and stops when it has none
+  /// for `peer_loss_timeout`.
+  bool expect_peers = false;
+  /// A node without peers for this long stops with an error.
+  caf::timespan peer_loss_timeout = std::chrono::seconds{30};
+  /// Deadline of one connection attempt.
+  caf::timespan connect_timeout = std::chrono::seconds{2};
+  /// First delay before reconnecting; doubles up to `reconnect_max`.
+  caf::timespan reconnect_min = std::chrono::milliseconds{100};
+  /// Longest delay between reconnection attempts.
+  caf::timespan reconnect_max = std::chrono::seconds{2};
+  /// Topics whose last message a newly connected peer gets at once (the
+  /// latest model and train_iter), as if it had been subscribed all along.
+  std::vector<std::string> retained_topics;
+  /// Cluster secret: peers must prove they know it before any data is
+  /// exchanged (empty: no check).
+  std::string secret;
+  /// Connect through CAF's openssl module (TLS) instead of plain BASP; only
+  /// without a `dialer` (with one, the dialer does TLS).
+  bool tls = false;
+  /// Who connects to peers: a node's dialer (net/dialer.hpp: raw connect,
+  /// dice's preamble, then BASP; `node::start` always sets one). Null:
+  /// CAF's own connect, for peers published with CAF's own publish, i.e.
+  /// the deterministic tests' testing network backend, whose connections
+  /// are simulated and carry no stranger's bytes.
+  caf::actor dialer;
+  /// Snapshots larger than this travel to peers in chunks of this size.
+  std::size_t chunk_bytes = default_chunk_bytes;
+  /// The node's data plane: large snapshots to peers it connected travel
+  /// on their own connections beside BASP. Null: BASP only (the
+  /// deterministic tests, and `--dice.data-channel=false`).
+  std::shared_ptr<net::data_plane> data;
+};
+
+/// One subscriber of a topic.
+struct router_subscriber {
+  /// The subscriber's node id (messages from that node are not echoed).
+  std::uint32_t node = 0;
+  /// The subscriber.
+  caf::actor member;
+};
+
+/// A connected peer node.
+struct router_peer {
+  /// Its node id.
+  std::uint32_t node = 0;
+  /// Its roles.
+  role_set roles;
+  /// Its gate (a proxy of a remote actor): everything to and from the peer.
+  caf::actor handle;
+  /// Topics its members subscribed to.
+  std::vector<std::string> topics;
+  /// Every member of the peer is done.
+  bool drained = false;
+  /// Index into `router_state::endpoints` if this node attached to the peer.
+  std::optional<std::size_t> endpoint;
+};
+
+/// A peer address this node attaches to (and re-attaches to when lost).
+struct router_endpoint {
+  /// Host name or address.
+  std::string host;
+  /// Port.
+  std::uint16_t port = 0;
+  /// Delay before the next attempt.
+  caf::timespan backoff{0};
+  /// A connection or handshake is in progress, or the peer is connected.
+  bool busy = false;
+  /// Identifies the pending retry timer.
+  std::uint64_t timer = 0;
+};
+
+/// A handshake this node started whose hello answer is in flight.
+struct router_handshake {
+  /// Index into `router_state::endpoints`.
+  std::size_t endpoint = 0;
+  /// What the peer sent before its answer arrived (its backlog for us),
+  /// handled in order once the answer names the peer.
+  std::vector<caf::message> early;
+};
+
+/// State of a router.
+struct router_state {
+  /// Settings.
+  router_config cfg;
+  /// Every joined role actor.
+  std::vector<router_subscriber> members;
+  /// Subscribers per topic, each once.
+  std::map<std::string, std::vector<router_subscriber>> topics;
+  /// Messages published while a topic had no subscriber.
+  std::map<std::string, std::deque<std::pair<std::uint32_t, caf::message>>>
+    held;
+  /// Last message per retained topic, with its sender.
+  std::map<std::string, std::pair<std::uint32_t, caf::message>> retained;
+  /// Members that finished their last iteration.
+  std::vector<caf::actor> done;
+  /// Set once the run is over.
+  std::optional<finish> finished;
+  /// Messages dropped from the hold because it was full.
+  std::uint64_t held_dropped = 0;
+  /// Connected peer nodes.
+  std::vector<router_peer> peers;
+  /// Addresses this node attaches to.
+  std::vector<router_endpoint> endpoints;
+  /// Requests waiting for a number of peers.
+  std::vector<
+    std::pair<std::uint32_t, caf::typed_response_promise<std::uint32_t>>>
+    peer_waiters;
+  /// Every local member is done and the peers were told.
+  bool drained = false;
+  /// The members got (done): the node may stop.
+  bool released = false;
+  /// Open secret challenges: nonces sent and received, per challenger.
+  std::map<caf::actor_addr, std::pair<std::string, std::string>> challenges;
+  /// Identifies the pending peer-loss timer (0: none).
+  std::uint64_t loss_timer = 0;
+  /// Source of timer ids.
+  std::uint64_t next_timer = 0;
+  /// Splits snapshots for peers and reassembles the peers' chunks.
+  snapshot_chunker chunks;
+  /// This node's gate: the only actor peers address or hear from.
+  caf::actor gate;
+  /// Handshakes in flight that this node started, by the peer gate.
+  std::map<caf::actor_addr, router_handshake> handshakes;
+  /// Messages dropped from strangers, logged once per source.
+  drop_log drops;
+  /// Name in CAF's logs.
+  static inline const char* name = "dice.router";
+};
+
+/// Behaviour of a router.
+router_actor::behavior_type router_behavior(router_actor::stateful_pointer<router_state> self,
+                             router_config cfg);
+
+} // namespace dice
