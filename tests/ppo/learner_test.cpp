@@ -121,7 +121,7 @@ TEST(Learner, LearnTrainsOnlyOnDataWithinMaxLag) {
   actor_critic net{32};
   ppo_config cfg;
   cfg.max_lag = 1;
-  cfg.incarnations = 1;
+  cfg.epochs = 1;
   cfg.minibatch = 64;
   ppo_learner learner{net, cfg, 1};
   // Three collectors acted with versions 4, 6 and 7; the learner is at 7.
@@ -135,7 +135,7 @@ TEST(Learner, LearnTrainsOnlyOnDataWithinMaxLag) {
   auto st = learner.learn(trajs, ends, 7);
   ASSERT_TRUE(st) << dice::render(st.error());
   EXPECT_EQ(st->samples, 256);  // versions 6 and 7
-  EXPECT_EQ(st->grad_steps, 4); // 256 / 64, one incarnation
+  EXPECT_EQ(st->grad_steps, 4); // 256 / 64, one epoch
   EXPECT_EQ(learner.intake().steps_dropped_stale, 128);
   EXPECT_EQ(learner.intake().segments_dropped_stale, 4);
   EXPECT_EQ(learner.lags().count(), 384);
