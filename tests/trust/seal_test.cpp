@@ -258,7 +258,7 @@ TEST_F(Seal, NoInternalActorIsReachable) {
 
 // Before: the id leaked (or was guessed) and `send_exit(router, kill)` stopped
 // the router; the node ran on without it, silently.
-TEST_F(Seal, GuessedRouterIdCannotKillTheBus) {
+TEST_F(Seal, GuessedRouterIdCannotKillTheRouter) {
   auto aid = a.id();
   attack([=](caf::event_based_actor* self, caf::actor) {
     auto target = guess(2, 0, aid);
