@@ -1,5 +1,7 @@
 #include "data_shm.hpp"
 
+#include "dice/net/data_plane.hpp"
+
 #include "dice/security/auth.hpp"
 #include "dice/core/errc.hpp"
 #include "dice/storage/fd_io.hpp"
@@ -10,6 +12,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <condition_variable>
+#include <mutex>
 #include <cerrno>
 #include <cstring>
 
@@ -22,6 +26,9 @@ constexpr char magic[8] = {'D', 'I', 'C', 'E', 'S', 'H', 'M', '1'};
 constexpr int seals = F_SEAL_SEAL | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE;
 
 std::atomic<std::uint64_t> segments{0};
+std::mutex segments_mtx;
+std::condition_variable segments_closed;
+std::atomic<std::uint64_t> mappings{0};
 
 std::uint64_t random_u64() {
   auto r = random_nonce(8);
@@ -40,7 +47,9 @@ int open_peer_fd(pid_t pid, int fd) {
 shm_segment::~shm_segment() {
   if (fd >= 0) {
     ::close(fd);
-    --segments;
+    std::lock_guard<std::mutex> guard{segments_mtx};
+    if (--segments == 0)
+      segments_closed.notify_all();
   }
 }
 
@@ -93,16 +102,32 @@ caf::expected<writable_bytes> read_segment(pid_t pid, int fd, std::uint64_t tag,
   std::memcpy(&got_size, header + 16, 8);
   if (got_tag != tag || got_size != size)
     return fail("the peer's segment is another one");
-  writable_bytes buf;
-  try {
-    buf = writable_bytes{static_cast<std::size_t>(size)};
-  } catch (const std::bad_alloc&) {
-    return fail("cannot allocate the destination");
+  if (size == 0) {
+    ::close(in);
+    return writable_bytes{};
   }
-  if (!pread_all(in, buf.data(), static_cast<std::size_t>(size), header_bytes))
-    return fail("cannot read the peer's segment");
+  // Map instead of copying: every receiver on this host shares the page
+  // cache pages the sender wrote once. MAP_PRIVATE keeps the bytes writable
+  // for their owner (copy-on-write) although the segment is sealed against
+  // writes; the mapping keeps the memfd's pages alive after the sender
+  // closes it, and the kernel frees them with the last mapping, also when
+  // either process is killed. MAP_POPULATE: one syscall instead of a fault
+  // per page.
+  auto len = static_cast<std::size_t>(size);
+  auto* p = ::mmap(nullptr, len, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_POPULATE, in, header_bytes);
   ::close(in);
-  return buf;
+  if (p == MAP_FAILED)
+    return make_error(errc::malformed_input,
+                      std::string{"cannot map the peer's segment: "}
+                        + std::strerror(errno));
+  ++mappings;
+  auto owner = std::shared_ptr<std::uint8_t>{
+    static_cast<std::uint8_t*>(p), [len](std::uint8_t* q) {
+      ::munmap(q, len);
+      --mappings;
+    }};
+  return writable_bytes{std::move(owner), len};
 }
 
 shm_probe::~shm_probe() {
@@ -136,6 +161,16 @@ bool check_probe(pid_t pid, int fd, const std::string& token) {
 
 std::uint64_t open_segments() noexcept {
   return segments.load();
+}
+
+bool wait_segments_closed(caf::timespan timeout) {
+  std::unique_lock<std::mutex> guard{segments_mtx};
+  return segments_closed.wait_for(guard, timeout,
+                                  [] { return segments.load() == 0; });
+}
+
+std::uint64_t mapped_segments() noexcept {
+  return mappings.load();
 }
 
 } // namespace dice::net

@@ -124,10 +124,18 @@ struct data_counters {
   std::uint64_t shm_received = 0;
   /// Same-host segments this process holds open now.
   std::uint64_t segments_open = 0;
+  /// Peers' same-host segments this process maps now (a received snapshot's
+  /// bytes; unmapped when its last handle goes).
+  std::uint64_t segments_mapped = 0;
 };
 
 /// Current values of the process-wide counters.
 data_counters data_stats() noexcept;
+
+/// Waits up to `timeout` until this process holds none of its own same-host
+/// segments (a writer may still be closing one just after its peer is
+/// lost); true if none is left.
+bool wait_segments_closed(caf::timespan timeout);
 
 struct shm_segment;
 struct shm_probe;
