@@ -1,0 +1,149 @@
+// Internal to the router: what its sources (router.cpp, router_routing.cpp,
+// router_finish.cpp, router_peers.cpp, router_auth.cpp) share. Not public.
+#pragma once
+
+#include "dice/actors/gate.hpp"
+#include "dice/actors/router.hpp"
+#include "dice/core/errc.hpp"
+#include "dice/logging/log.hpp"
+#include "dice/messages/context_delta.hpp"
+#include "dice/messages/learner_group_hello.hpp"
+#include "dice/messages/peer_event.hpp"
+#include "dice/messages/storage_ref.hpp"
+#include "dice/net/data_plane.hpp"
+#include "dice/net/data_wire.hpp"
+#include "dice/security/auth.hpp"
+#include "dice/security/trust.hpp"
+
+#include "caf/actor_system.hpp"
+#include "caf/exit_reason.hpp"
+#include "caf/io/middleman.hpp"
+#include "caf/message_handler.hpp"
+#include "caf/openssl/manager.hpp"
+#include "caf/send.hpp"
+
+#include <algorithm>
+#include <set>
+
+namespace dice::router_detail {
+
+using router_ptr = router_actor::stateful_pointer<router_state>;
+
+// Timer kinds of (tick, kind, id); kinds >= reconnect_kind name an endpoint.
+constexpr std::uint32_t loss_kind = 0;
+constexpr std::uint32_t reconnect_kind = 1;
+
+inline bool contains(const std::vector<std::string>& xs, const std::string& x) {
+  return std::find(xs.begin(), xs.end(), x) != xs.end();
+}
+
+// Sends to an actor of this node in the router's name (a typed actor may not
+// send() to an untyped one; an anonymous message would be refused).
+template <class... Ts>
+void tell(router_ptr self, const caf::actor& dest, Ts&&... xs) {
+  caf::send_as(caf::actor_cast<caf::actor>(self), dest,
+               std::forward<Ts>(xs)...);
+}
+
+// Sends to a peer in the gate's name: no id but the gate's leaves the node.
+template <class... Ts>
+void to_peer(router_ptr self, const caf::actor& peer, Ts&&... xs) {
+  caf::send_as(self->state.gate, peer, std::forward<Ts>(xs)...);
+}
+
+// Per-route cache of what a message becomes on the wire: BASP chunks and
+// the data plane's item, each made once for all peers.
+struct wire_forms {
+  std::vector<snapshot_chunk> chunks;
+  std::shared_ptr<const net::data_item> item;
+};
+
+// -- routing, hold and retain (router_routing.cpp) ----------------------------
+
+std::vector<std::string> local_topics(router_ptr self);
+bool subscribed_here(router_ptr self, const std::string& topic);
+void forward_to_peer(router_ptr self, const caf::actor& peer,
+                     std::optional<std::uint32_t> node,
+                     const std::string& topic, std::uint32_t sender,
+                     const caf::message& msg, wire_forms& forms);
+void send_backlog(router_ptr self, const caf::actor& peer,
+                  const std::vector<std::string>& topics);
+void route(router_ptr self, const std::string& topic, std::uint32_t sender,
+           const caf::message& msg, bool from_peer);
+void add_subscriber(router_ptr self, const std::string& topic,
+                    std::uint32_t node, const caf::actor& member);
+
+// -- the run's end: finish, done, peer loss (router_finish.cpp) ---------------
+
+void deliver_waiters(router_ptr self);
+void update_loss_timer(router_ptr self);
+void check_all_done(router_ptr self);
+void on_finish(router_ptr self, const finish& x);
+void fail(router_ptr self, const std::string& why);
+
+// -- peers: handshake, reconnect, endpoints (router_peers.cpp) ----------------
+
+std::string describe(const router_peer& p);
+router_peer* find_peer(router_ptr self, std::uint32_t node);
+router_peer* find_peer(router_ptr self, const caf::actor_addr& handle);
+void schedule_reconnect(router_ptr self, std::size_t idx);
+void notify_members(router_ptr self, const router_peer& p, bool up);
+void attach(router_ptr self, std::size_t idx);
+caf::result<peer_hello> accept_hello(router_ptr self, const caf::actor& from,
+                                     peer_hello& h);
+
+// -- who may send what (router_auth.cpp) --------------------------------------
+
+void drop(router_ptr self, trust_event ev, const caf::strong_actor_ptr& src,
+          const std::string& what, const std::string& why);
+bool local_only(router_ptr self, const char* what);
+bool from_gate(router_ptr self, const char* what);
+caf::result<std::string, std::string>
+answer_challenge(router_ptr self, const caf::actor& from,
+                 const std::string& nonce_a);
+void peer_forward(router_ptr self, const router_peer& p,
+                  const caf::strong_actor_ptr& src, const std::string& topic,
+                  std::uint32_t sender, const caf::message& msg);
+void peer_chunk(router_ptr self, const router_peer& p,
+                const caf::strong_actor_ptr& src, snapshot_chunk& c);
+void peer_data_reference(router_ptr self, const router_peer& p,
+                         const caf::strong_actor_ptr& src,
+                         const std::string& topic, std::uint32_t sender,
+                         std::uint64_t transfer, model_snapshot& header);
+void peer_subscribe(router_ptr self, router_peer& p,
+                    const caf::strong_actor_ptr& src, const std::string& topic,
+                    std::uint32_t node);
+void peer_done(router_ptr self, router_peer& p,
+               const caf::strong_actor_ptr& src, std::uint32_t node);
+void replay(router_ptr self, const caf::actor& handle,
+            std::vector<caf::message>& early);
+
+// Runs `fn` with the peer that sent the current message. A message from a
+// peer whose handshake answer is still in flight waits for it; anything
+// else is a stranger's.
+template <class Fn, class Early>
+void with_peer(router_ptr self, const char* what, Fn fn, Early early) {
+  auto& st = self->state;
+  auto& src = self->current_sender();
+  auto addr = caf::actor_cast<caf::actor_addr>(src);
+  if (src && src->node() != self->node()) {
+    if (auto p = find_peer(self, addr)) {
+      fn(*p, src);
+      return;
+    }
+    if (auto i = st.handshakes.find(addr); i != st.handshakes.end()) {
+      if (i->second.early.size() < max_handshake_backlog)
+        i->second.early.push_back(early());
+      else
+        drop(self, trust_event::oversize, src, what,
+             "more than " + std::to_string(max_handshake_backlog)
+               + " messages before its handshake answer");
+      return;
+    }
+  }
+  drop(self,
+       src ? trust_event::stranger_dropped : trust_event::anonymous_dropped,
+       src, what, "not an authenticated peer");
+}
+
+} // namespace dice::router_detail
