@@ -1,0 +1,295 @@
+// The data plane's connections: sessions keyed in the router's hello,
+// accepting and binding data connections, dialing them, starting their links.
+#include "data_plane_impl.hpp"
+
+namespace dice::net {
+
+using namespace plane_detail;
+
+std::string data_plane::accept_session(std::uint32_t peer,
+                                       const std::string& their_pub) {
+  auto mine = data_offer::make();
+  std::optional<std::string> dh;
+  if (mine)
+    dh = mine->agree(their_pub);
+  if (!dh) {
+    log::warning(cfg_.node,
+                 "node " + std::to_string(peer)
+                   + " offered a malformed data plane key; its "
+                     "snapshots travel over BASP");
+    return {};
+  }
+  auto s = std::make_shared<session>();
+  s->key = data_session_key(cfg_.secret, cfg_.node, peer, their_pub,
+                            mine->pub(), *dh);
+  auto now = deadline_clock::now();
+  s->expires = now + session_lifetime;
+  std::lock_guard<std::mutex> guard{mtx_};
+  for (auto i = sessions_.begin(); i != sessions_.end();)
+    if (i->second->expires < now)
+      i = sessions_.erase(i);
+    else
+      ++i;
+  if (sessions_.size() >= max_sessions && sessions_.count(peer) == 0)
+    sessions_.erase(sessions_.begin());
+  sessions_[peer] = std::move(s);
+  return mine->pub();
+}
+
+void data_plane::accept(int fd, std::string where, std::string binding) {
+  {
+    std::lock_guard<std::mutex> guard{mtx_};
+    if (stopping_) {
+      ::close(fd);
+      return;
+    }
+    pending_fds_.push_back(fd);
+  }
+  spawn_thread(
+    [this, fd, where = std::move(where), binding = std::move(binding)] {
+      bind_accepted(fd, where, binding);
+    });
+}
+
+void data_plane::bind_accepted(int fd, std::string where, std::string binding) {
+  auto done_pending = [&] {
+    std::lock_guard<std::mutex> guard{mtx_};
+    pending_fds_.erase(std::remove(pending_fds_.begin(), pending_fds_.end(),
+                                   fd),
+                       pending_fds_.end());
+  };
+  auto refuse = [&](const std::string& why) {
+    done_pending();
+    ++counters().refused;
+    log::warning(cfg_.node,
+                 "refused a data connection from " + where + ": " + why);
+    // Not a byte back: a stranger learns nothing.
+    ::close(fd);
+  };
+  auto deadline = deadline_clock::now() + cfg_.connect_timeout;
+  set_blocking(fd, cfg_.connect_timeout, cfg_.connect_timeout);
+  ssl_ptr ssl;
+  std::string tls_b;
+  if (tls_) {
+    auto x = tls_->handshake(fd, true);
+    if (!x)
+      return refuse(render(x.error()));
+    ssl = std::move(*x);
+    tls_b = tls_binding(ssl.get());
+    if (tls_b.empty())
+      return refuse("no TLS exporter value");
+    set_blocking(fd, left_until(deadline), left_until(deadline));
+  }
+  char raw[data_bind_size];
+  if (read_exactly(fd, ssl.get(), raw, data_bind_size)
+      != static_cast<long>(data_bind_size))
+    return refuse("no bind frame");
+  auto b = decode_bind(raw, data_bind_size);
+  if (!b)
+    return refuse("malformed bind frame");
+  std::string ack;
+  std::string why;
+  {
+    std::lock_guard<std::mutex> guard{mtx_};
+    auto i = sessions_.find(b->node);
+    auto bit = static_cast<std::uint8_t>(1u << b->direction);
+    if (i == sessions_.end())
+      why = "no control session with node " + std::to_string(b->node);
+    else if (i->second->expires < deadline_clock::now())
+      why = "the session of node " + std::to_string(b->node) + " expired";
+    else if (i->second->used & bit)
+      why = "node " + std::to_string(b->node) + " already bound this direction";
+    else if (binding.size() != 2 * preamble_nonce_size
+             || !same_mac(b->mac,
+                          data_bind_mac(i->second->key, b->direction, binding,
+                                        tls_b)))
+      why = "node " + std::to_string(b->node)
+        + " did not prove this control session";
+    if (why.empty()) {
+      auto& s = *i->second;
+      ack = encode_ack(
+        data_ack_mac(s.key, b->direction, binding, tls_b, b->mac));
+      s.used |= bit;
+      if (s.used == 3)
+        sessions_.erase(i);
+    }
+  }
+  if (!why.empty()) {
+    count(trust_event::auth_refused);
+    return refuse(why);
+  }
+  done_pending();
+  if (b->direction == data_dialer_writes) {
+    // The inbox knows the link before the dialer may send a reference; the
+    // reader writes the ack (one thread per SSL object).
+    add_in(b->node, fd, std::move(ssl), std::move(ack), {});
+    return;
+  }
+  if (!write_bytes(fd, ssl.get(), ack)) {
+    ::close(fd);
+    return;
+  }
+  add_out(b->node, fd, std::move(ssl));
+}
+
+void data_plane::dial(std::uint32_t peer, std::string host, std::uint16_t port,
+                      std::shared_ptr<const data_offer> mine,
+                      std::string their_pub) {
+  spawn_thread([this, peer, host = std::move(host), port,
+                mine = std::move(mine), their = std::move(their_pub)] {
+    std::optional<std::string> dh;
+    if (mine && enabled_)
+      dh = mine->agree(their);
+    if (!dh) {
+      std::lock_guard<std::mutex> guard{mtx_};
+      failed_[peer] = "node " + std::to_string(peer)
+        + " answered with a malformed data plane key";
+      changed_.notify_all();
+      return;
+    }
+    auto key = data_session_key(cfg_.secret, peer, cfg_.node, mine->pub(),
+                                their, *dh);
+    dial_one(peer, host, port, key, data_acceptor_writes);
+    dial_one(peer, host, port, key, data_dialer_writes);
+  });
+}
+
+bool data_plane::dial_one(std::uint32_t peer, const std::string& host,
+                          std::uint16_t port, const std::string& key,
+                          std::uint8_t direction) {
+  auto where = host + ":" + std::to_string(port);
+  auto fail = [&](const std::string& why) {
+    std::lock_guard<std::mutex> guard{mtx_};
+    failed_[peer] = "cannot open a data connection to " + where + ": " + why;
+    changed_.notify_all();
+    return false;
+  };
+  auto deadline = deadline_clock::now() + cfg_.connect_timeout;
+  std::string binding;
+  auto fd = dial_channel(cfg_.secret, host, port, channel::data, deadline,
+                         &binding);
+  if (!fd)
+    return fail(render(fd.error()));
+  {
+    std::lock_guard<std::mutex> guard{mtx_};
+    if (stopping_) {
+      ::close(*fd);
+      return false;
+    }
+  }
+  set_blocking(*fd, left_until(deadline), left_until(deadline));
+  ssl_ptr ssl;
+  std::string tls_b;
+  if (tls_) {
+    auto x = tls_->handshake(*fd, false);
+    if (!x) {
+      ::close(*fd);
+      return fail(render(x.error()));
+    }
+    ssl = std::move(*x);
+    tls_b = tls_binding(ssl.get());
+    if (tls_b.empty()) {
+      ::close(*fd);
+      return fail("no TLS exporter value");
+    }
+    set_blocking(*fd, left_until(deadline), left_until(deadline));
+  }
+  auto mac = data_bind_mac(key, direction, binding, tls_b);
+  auto ack = data_ack_mac(key, direction, binding, tls_b, mac);
+  if (!write_bytes(*fd, ssl.get(),
+                   encode_bind(data_bind{direction, cfg_.node, mac}))) {
+    ::close(*fd);
+    return fail(std::string{"cannot send the bind frame: "}
+                + std::strerror(errno));
+  }
+  if (direction == data_acceptor_writes) {
+    // Registered first: the reader checks the ack, then reads transfers.
+    add_in(peer, *fd, std::move(ssl), {}, std::move(ack));
+    return true;
+  }
+  char raw[data_ack_size];
+  auto got = read_exactly(*fd, ssl.get(), raw, data_ack_size)
+      == static_cast<long>(data_ack_size)
+    ? decode_ack(raw, data_ack_size)
+    : std::nullopt;
+  if (!got || !same_mac(*got, ack)) {
+    ::close(*fd);
+    if (got)
+      count(trust_event::auth_refused);
+    return fail(got ? "the peer did not prove this control session"
+                    : "the peer refused the data connection");
+  }
+  add_out(peer, *fd, std::move(ssl));
+  return true;
+}
+
+void data_plane::add_out(std::uint32_t peer, int fd, ssl_ptr ssl) {
+  set_blocking(fd, cfg_.io_timeout, caf::timespan{0});
+  auto link = std::make_shared<out_link>();
+  link->peer = peer;
+  link->fd = fd;
+  link->ssl = std::move(ssl);
+  auto tls = link->ssl != nullptr;
+  {
+    std::lock_guard<std::mutex> guard{mtx_};
+    if (stopping_) {
+      ::close(fd);
+      return;
+    }
+    if (auto i = out_.find(peer); i != out_.end()) {
+      std::lock_guard<std::mutex> g2{i->second->mtx};
+      i->second->dead = true;
+      ::shutdown(i->second->fd, SHUT_RDWR);
+      i->second->cv.notify_all();
+    }
+    if (probe_ok_.count(peer) > 0)
+      link->queue.push_back(out_link::job{job_probe_ok, 0, nullptr});
+    out_[peer] = link;
+    failed_.erase(peer);
+    warned_.erase(peer);
+    changed_.notify_all();
+    threads_.push_back(plane_thread([this, link] {
+      run_writer(link);
+    }));
+  }
+  ++counters().links_opened;
+  log::debug(cfg_.node,
+             "data connection to node " + std::to_string(peer)
+               + " is up (sending" + (tls ? ", TLS)" : ")"));
+}
+
+void data_plane::add_in(std::uint32_t peer, int fd, ssl_ptr ssl,
+                        std::string ack_out, std::string ack_in) {
+  // Reads wait for ever once the ack is through (a quiet peer is fine);
+  // until then the setup deadline set by the caller holds.
+  set_blocking(fd, cfg_.io_timeout,
+               ack_in.empty() ? caf::timespan{0} : cfg_.connect_timeout);
+  auto link = std::make_shared<in_link>();
+  link->peer = peer;
+  link->fd = fd;
+  link->ssl = std::move(ssl);
+  link->ack_out = std::move(ack_out);
+  link->ack_in = std::move(ack_in);
+  link->budget = std::make_shared<data_budget>(cfg_.max_peer_bytes);
+  {
+    std::lock_guard<std::mutex> guard{mtx_};
+    if (stopping_) {
+      ::close(fd);
+      return;
+    }
+    link->link_gen = ++next_link_gen_;
+    if (auto i = in_.find(peer); i != in_.end()) {
+      ::shutdown(i->second->fd, SHUT_RDWR);
+      i->second->budget->close();
+    }
+    in_[peer] = link;
+    caf::anon_send(inbox_, data_up_atom::value, peer, link->link_gen,
+                   link->budget);
+    threads_.push_back(plane_thread([this, link] {
+      run_reader(link);
+    }));
+  }
+  ++counters().links_opened;
+}
+
+} // namespace dice::net

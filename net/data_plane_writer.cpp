@@ -1,0 +1,96 @@
+// The data plane's writer thread: one per outgoing link.
+#include "data_plane_impl.hpp"
+
+namespace dice::net {
+
+using namespace plane_detail;
+
+void data_plane::run_writer(std::shared_ptr<out_link> link) {
+  std::string why = "closed";
+  auto send_frame = [&](const std::array<char, data_header_size>& f) {
+    iovec iov{const_cast<char*>(f.data()), f.size()};
+    return write_all(link->fd, link->ssl.get(), &iov, 1);
+  };
+  // Same host? The peer answers "probe ok" on its own connection if it can
+  // read this token through /proc.
+  if (probe_ && same_host_
+      && !send_frame(encode_probe(
+        data_probe{static_cast<std::uint32_t>(::getpid()),
+                   static_cast<std::uint32_t>(probe_->fd), probe_->token})))
+    why = "write failed";
+  while (why == "closed") {
+    out_link::job job;
+    {
+      std::unique_lock<std::mutex> guard{link->mtx};
+      link->cv.wait(guard, [&] {
+        return link->dead || !link->queue.empty();
+      });
+      if (link->dead)
+        break;
+      job = std::move(link->queue.front());
+      link->queue.pop_front();
+    }
+    if (job.kind == job_probe_ok || job.kind == job_release) {
+      if (!send_frame(job.kind == job_probe_ok ? encode_probe_ok()
+                                               : encode_release(job.id)))
+        why = std::string{"write failed: "} + std::strerror(errno);
+      continue;
+    }
+    auto& bytes = job.item->bytes();
+    if (link->same_host) {
+      if (auto seg = job.item->segment()) {
+        auto frame = encode_ref(data_ref{static_cast<std::uint32_t>(seg->fd),
+                                         job.id, seg->size, seg->tag});
+        {
+          std::lock_guard<std::mutex> guard{link->mtx};
+          if (link->dead)
+            break;
+          link->held.emplace(job.id, std::move(seg));
+        }
+        // From here the segment lives in `held` (and in items other peers
+        // still queue): the release closes it, and the counters are right
+        // before the peer can answer.
+        job.item.reset();
+        ++counters().shm_sent;
+        ++counters().transfers_sent;
+        if (!send_frame(frame)) {
+          why = std::string{"write failed: "} + std::strerror(errno);
+          break;
+        }
+        continue;
+      }
+    }
+    auto hdr = encode_header(
+      data_header{job.id, bytes.size(), job.item->checksum()});
+    iovec iov[2];
+    iov[0].iov_base = hdr.data();
+    iov[0].iov_len = hdr.size();
+    iov[1].iov_base = const_cast<std::uint8_t*>(bytes.data());
+    iov[1].iov_len = bytes.size();
+    if (!write_all(link->fd, link->ssl.get(), iov, bytes.size() > 0 ? 2 : 1)) {
+      why = std::string{"write failed: "} + std::strerror(errno);
+      break;
+    }
+    counters().bytes_sent += bytes.size();
+    ++counters().transfers_sent;
+  }
+  {
+    std::lock_guard<std::mutex> guard{link->mtx};
+    link->dead = true;
+    link->queue.clear();
+    link->held.clear();
+  }
+  ::shutdown(link->fd, SHUT_RDWR);
+  ::close(link->fd);
+  bool stopping;
+  {
+    std::lock_guard<std::mutex> guard{mtx_};
+    stopping = stopping_;
+  }
+  if (!stopping && why != "closed")
+    warn_fallback(link->peer,
+                  "the data connection to node " + std::to_string(link->peer)
+                    + " failed (" + why + ")");
+}
+
+} // namespace dice::net
