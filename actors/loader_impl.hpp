@@ -3,11 +3,12 @@
 // Internal: the behaviour both loaders share, for a stored type T.
 
 #include "dice/actors/router.hpp"
-#include "dice/security/senders.hpp"
 #include "dice/core/errc.hpp"
 #include "dice/logging/log.hpp"
-#include "dice/storage/storage.hpp"
+#include "dice/runtime/scheduling.hpp"
+#include "dice/security/senders.hpp"
 #include "dice/security/trust.hpp"
+#include "dice/storage/storage.hpp"
 
 #include "caf/actor_cast.hpp"
 #include "caf/make_message.hpp"
@@ -18,14 +19,24 @@
 
 namespace dice::detail {
 
-/// What a missing item is called in DI-engine's warning ("Model").
+/// What a kind of loader does with its own item type T.
 template <class T>
-const char* missing_warning();
+struct loader_kind {
+  /// What a missing item is called in DI-engine's warning ("Model").
+  const char* missing;
+  /// Reads a T from where `ref` (already confined) points.
+  caf::expected<T> (*load)(const storage_ref& ref);
+};
 
 /// Loads a T that `ref` (from the wire) names, if a loader with `opts` may
 /// open it (see dice::confine).
 template <class T>
-caf::expected<T> load_as(const storage_ref& ref, const storage_options& opts);
+caf::expected<T> load_as(const loader_kind<T>& kind, const storage_ref& ref,
+                         const storage_options& opts) {
+  if (auto err = confine(ref, opts))
+    return err;
+  return kind.load(ref);
+}
 
 /// Schedules the next sweep at the oldest item's expiry (no periodic timer:
 /// an idle loader has no timer at all).
@@ -58,13 +69,12 @@ caf::expected<storage_ref> save_item(Self self, const T& x) {
   return ref;
 }
 
-template <class T, class Self>
-void warn_load_failed(Self self, const caf::error& err) {
+template <class Self>
+void warn_load_failed(Self self, const char* missing, const caf::error& err) {
   auto& st = self->state;
   if (is(err, errc::storage_missing))
     log::warning(st.opts.node,
-                 std::string{missing_warning<T>()}
-                   + " file has been deleted on node "
+                 std::string{missing} + " file has been deleted on node "
                    + std::to_string(st.opts.node)
                    + ", maybe you can increase the ttl. (" + render(err) + ")");
   else
@@ -105,8 +115,9 @@ bool from_origin(Self self, const storage_ref& ref, const T& x) {
   return false;
 }
 
-template <class T, class Self, class State>
-auto loader_behavior(Self self, loader_options opts) {
+/// The behaviour of a loader of T (`kind` says what differs).
+template <class T, class Self>
+auto loader_behavior(Self self, loader_options opts, loader_kind<T> kind) {
   self->state.opts = opts;
   self->state.keeper = std::make_unique<storage_keeper>(opts);
   // The keeper's destructor (with the state) removes what is left.
@@ -122,9 +133,9 @@ auto loader_behavior(Self self, loader_options opts) {
     [=](load_atom, const storage_ref& ref) -> caf::result<T> {
       if (!admit(self, "a load"))
         return make_error(errc::unauthorized, "load from a stranger");
-      auto x = load_as<T>(ref, self->state.opts);
+      auto x = load_as(kind, ref, self->state.opts);
       if (!x) {
-        warn_load_failed<T>(self, x.error());
+        warn_load_failed(self, kind.missing, x.error());
         return x.error();
       }
       return std::move(*x);
@@ -145,9 +156,9 @@ auto loader_behavior(Self self, loader_options opts) {
         const std::string& topic) -> bool {
       if (!admit(self, "a load"))
         return false;
-      auto x = load_as<T>(ref, self->state.opts);
+      auto x = load_as(kind, ref, self->state.opts);
       if (!x) {
-        warn_load_failed<T>(self, x.error());
+        warn_load_failed(self, kind.missing, x.error());
         return false;
       }
       if (!from_origin(self, ref, *x))
@@ -175,6 +186,17 @@ auto loader_behavior(Self self, loader_options opts) {
       arm_sweep(self);
     },
   };
+}
+
+/// Spawns a loader with `behavior` (detached unless `opts.detached` is
+/// false or the scheduler is deterministic: the test coordinator runs no
+/// detached actors).
+template <class Handle, class Behavior>
+Handle spawn_loader(caf::actor_system& sys, Behavior behavior,
+                    loader_options opts) {
+  if (opts.detached && !deterministic_scheduler(sys))
+    return sys.spawn<caf::detached>(behavior, std::move(opts));
+  return sys.spawn(behavior, std::move(opts));
 }
 
 } // namespace dice::detail

@@ -4,14 +4,14 @@
 // collectors' deltas merged into and sends its model through
 // periodical_model_exchanger; collectors load it from there.
 
-#include "dice/exchangers/context_exchanger.hpp"
-#include "dice/runtime/local_cluster.hpp"
-#include "dice/exchangers/model_exchanger.hpp"
-#include "dice/runtime/node.hpp"
-#include "dice/exchangers/periodical_model_exchanger.hpp"
 #include "dice/core/errc.hpp"
+#include "dice/exchangers/context_exchanger.hpp"
+#include "dice/exchangers/model_exchanger.hpp"
+#include "dice/exchangers/periodical_model_exchanger.hpp"
 #include "dice/logging/log.hpp"
+#include "dice/runtime/local_cluster.hpp"
 #include "dice/runtime/middleware.hpp"
+#include "dice/runtime/node.hpp"
 #include "dice/torch/checkpoint.hpp"
 #include "dice/torch/model.hpp"
 
@@ -20,6 +20,7 @@
 #include "options.hpp"
 #include "outputs.hpp"
 #include "ppo.hpp"
+#include "role_pipeline.hpp"
 #include "roles.hpp"
 
 #include <deque>
@@ -28,17 +29,7 @@
 
 namespace ppo {
 
-namespace {
-
-using demo::clock_type;
-using demo::fixed;
-using demo::json;
-
-constexpr std::uint32_t learner_node = 0;
-constexpr std::uint32_t evaluator_node = 1;
-constexpr std::uint32_t first_collector_node = 2;
-
-// -- wiring -------------------------------------------------------------------
+// -- model exchangers (declared in roles.hpp) ---------------------------------
 
 /// The learner sends every `model_period` iterations.
 dice::middleware learner_models(actor_critic net, const run_options& opts) {
@@ -57,6 +48,16 @@ dice::middleware collector_models(actor_critic net, const run_options& opts) {
   o.stale_toleration = opts.stale_toleration;
   return dice::periodical_model_exchanger(dice::model_port_of(net.ptr()), o);
 }
+
+namespace {
+
+using demo::clock_type;
+using demo::fixed;
+using demo::json;
+
+constexpr std::uint32_t learner_node = 0;
+constexpr std::uint32_t evaluator_node = 1;
+constexpr std::uint32_t first_collector_node = 2;
 
 /// Fills what the learner and evaluator recorded into `sum`.
 void collect_results(shared_run& run, run_summary& sum) {
@@ -204,11 +205,8 @@ caf::expected<run_summary> run_node(caf::actor_system& sys,
   auto roles = cfg.roles.empty() ? dice::default_roles(cfg.index, cfg.workers)
                                  : cfg.roles;
   auto id = cfg.id;
-  // One pipeline per process; a node with several roles runs the first of
-  // learner, evaluator, collector.
-  auto role = roles.has(dice::role::learner) ? dice::role::learner
-    : roles.has(dice::role::evaluator)       ? dice::role::evaluator
-                                             : dice::role::collector;
+  // One pipeline per process (demo::main_role).
+  auto role = demo::main_role(roles);
   // Without an evaluator node (2 nodes) the learner evaluates.
   bool evaluates = role == dice::role::evaluator
     || (role == dice::role::learner && cfg.workers == 2);
@@ -224,19 +222,7 @@ caf::expected<run_summary> run_node(caf::actor_system& sys,
     torch::manual_seed(opts.seed);
     actor_critic net{opts.algo.hidden};
     pipe.use(dice::context_exchanger());
-    switch (role) {
-      case dice::role::learner:
-        pipe.use(learner_models(net, opts)).use(train_step(run, net, id));
-        if (evaluates)
-          pipe.use(eval_step(run, net, id));
-        break;
-      case dice::role::evaluator:
-        pipe.use(dice::model_exchanger(dice::model_port_of(net.ptr())))
-          .use(eval_step(run, net, id));
-        break;
-      default:
-        pipe.use(collector_models(net, opts)).use(collect_step(run, net, id));
-    }
+    demo::use_role(pipe, {role, true, evaluates}, run, net, id);
   } catch (const std::exception& e) {
     node->stop();
     return dice::make_error(dice::errc::invalid_config,

@@ -20,8 +20,8 @@ using demo::fixed;
 using demo::json;
 
 /// Writes `net`'s state_dict as a checkpoint Python's `torch.load` reads
-/// (a dict of tensors; dice::save_pytorch_checkpoint, docs/storage.md), through a
-/// temporary file and a rename. Throws std::runtime_error.
+/// (a dict of tensors; dice::save_pytorch_checkpoint, docs/storage.md), through
+/// a temporary file and a rename. Throws std::runtime_error.
 void save_actor_critic(actor_critic& net, const std::string& path) {
   auto snap = dice::to_snapshot(*net);
   if (!snap)
@@ -130,7 +130,7 @@ dice::middleware train_step(std::shared_ptr<shared_run> run, actor_critic net,
     void save(const dice::context& ctx) {
       try {
         save_actor_critic(learner.net(),
-                        demo::path_in(run->opts.out, "latest.pt"));
+                          demo::path_in(run->opts.out, "latest.pt"));
         demo::write_json(demo::path_in(run->opts.out, "latest.json"),
                          {{"env_step", ctx.env_step},
                           {"train_iter", ctx.train_iter}});
@@ -240,12 +240,8 @@ dice::middleware train_step(std::shared_ptr<shared_run> run, actor_critic net,
       st->last_save = clock_type::now();
       st->save(ctx);
     }
-    if (run.opts.max_env_steps > 0 && ctx.env_step >= run.opts.max_env_steps
-        && !st->svc->finished())
-      st->svc->request_finish("max_env_steps");
-    if (run.opts.max_seconds > 0 && run.seconds() >= run.opts.max_seconds
-        && !st->svc->finished())
-      st->svc->request_finish("max_seconds");
+    demo::finish_at_limits(*st->svc, ctx.env_step, run.opts.max_env_steps,
+                           run.seconds(), run.opts.max_seconds);
     return dice::proceed;
   };
   m.on_stop = [st](dice::context& ctx) {
@@ -266,69 +262,25 @@ dice::middleware train_step(std::shared_ptr<shared_run> run, actor_critic net,
 // -- evaluator ----------------------------------------------------------------
 
 /// Runs greedy episodes every eval_every learner updates; keeps best.pt and
-/// ends the run at the stop value.
+/// ends the run at the stop value (demo::eval_step with PPO's network).
 dice::middleware eval_step(std::shared_ptr<shared_run> run, actor_critic net,
                            std::uint32_t node) {
-  struct state {
-    std::shared_ptr<shared_run> run;
-    actor_critic net{nullptr};
-    std::uint32_t node = 0;
-    dice::node_services* svc = nullptr;
-    std::uint64_t evals = 0;
+  auto& opts = run->opts;
+  demo::eval_settings s{opts.eval_every, opts.eval_episodes, opts.seed,
+                        opts.stop_value, opts.out};
+  demo::eval_hooks hooks;
+  hooks.play = [net](int episodes, std::uint64_t seed) mutable {
+    return evaluate_greedy(net, episodes, seed);
   };
-  auto st = std::make_shared<state>();
-  st->run = std::move(run);
-  st->net = std::move(net);
-  st->node = node;
-  dice::middleware m;
-  m.name = "evaluate";
-  m.attach = [st](dice::node_services& svc) {
-    st->svc = &svc;
+  hooks.save = [net](const std::string& path) mutable {
+    save_actor_critic(net, path);
   };
-  m.before = [st](dice::context& ctx) -> dice::step {
-    auto& run = *st->run;
-    if (ctx.last_eval_iter >= 0
-        && ctx.train_iter - ctx.last_eval_iter < run.opts.eval_every)
-      return dice::proceed;
-    auto returns = evaluate_greedy(st->net, run.opts.eval_episodes,
-                                   run.opts.seed * 7 + 1000003 * ++st->evals);
-    auto pt = demo::make_eval_point(returns, ctx.env_step, ctx.train_iter,
-                                    run.seconds());
-    ctx.last_eval_iter = ctx.train_iter;
-    ctx.last_eval_value = pt.mean;
-    ctx.eval_value = pt.mean;
-    bool best = false;
-    // Only a trained model (version > 0) can solve the run: some seeds' initial
-    // weights already balance the pole when played greedily (seed 4: 500).
-    bool solved = pt.mean >= run.opts.stop_value && acting_version(ctx) > 0;
-    {
-      std::lock_guard<std::mutex> guard{run.mtx};
-      run.evals.push_back(pt);
-      if (pt.mean > run.best) {
-        run.best = pt.mean;
-        best = true;
-      }
-      if (solved && run.solve_seconds < 0) {
-        run.solve_seconds = pt.seconds;
-        run.solve_env_steps = pt.env_step;
-      }
-    }
-    run.write_metrics(st->node, "evaluator",
-                      {{"train_iter", pt.train_iter},
-                       {"env_step", pt.env_step},
-                       {"model_version", acting_version(ctx)},
-                       {"eval_return_mean", pt.mean},
-                       {"eval_return_min", pt.min},
-                       {"eval_return_max", pt.max}});
-    demo::report_eval(st->node, pt, best, solved, run.opts.out,
-                      [&](const std::string& path) {
-                        save_actor_critic(st->net, path);
-                      });
-    demo::stop_when_solved(*st->svc, st->node, solved, run.opts.stop_value,
-                           pt.seconds);
-    return dice::proceed;
-  };
-  return m;
+  hooks.version = acting_version;
+  // Only a trained model (version > 0) can solve the run: some seeds'
+  // initial weights already balance the pole when played greedily (seed 4:
+  // 500).
+  hooks.trained_to_solve = true;
+  return demo::eval_step(std::move(run), node, std::move(s), std::move(hooks));
 }
 
 } // namespace ppo
