@@ -38,19 +38,9 @@ namespace dice::net {
 
 namespace plane_detail {
 
-struct atomic_counters {
-  std::atomic<std::uint64_t> bytes_sent{0};
-  std::atomic<std::uint64_t> bytes_received{0};
-  std::atomic<std::uint64_t> transfers_sent{0};
-  std::atomic<std::uint64_t> transfers_received{0};
-  std::atomic<std::uint64_t> fallbacks{0};
-  std::atomic<std::uint64_t> refused{0};
-  std::atomic<std::uint64_t> torn{0};
-  std::atomic<std::uint64_t> oversize{0};
-  std::atomic<std::uint64_t> links_opened{0};
-  std::atomic<std::uint64_t> shm_sent{0};
-  std::atomic<std::uint64_t> shm_received{0};
-};
+// The counters the planes' threads bump (two of data_counters' fields are
+// read from data_shm.cpp instead: segments_open, segments_mapped).
+using atomic_counters = basic_data_counters<std::atomic<std::uint64_t>>;
 
 // Writer jobs: a transfer, or a same-host control frame.
 inline constexpr int job_transfer = 0;

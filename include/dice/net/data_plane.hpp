@@ -99,35 +99,41 @@ struct data_plane_config {
   bool same_host = true;
 };
 
-/// Process-wide counters of every data plane (tests and reports read them).
-struct data_counters {
+/// Process-wide counters of every data plane, as plain values
+/// (`basic_data_counters<std::uint64_t>`, what tests and reports read) or as
+/// the atomics the planes' threads count in.
+template <class T>
+struct basic_data_counters {
   /// Bytes written / read as transfer bodies.
-  std::uint64_t bytes_sent = 0;
-  std::uint64_t bytes_received = 0;
+  T bytes_sent{};
+  T bytes_received{};
   /// Transfers written / received whole.
-  std::uint64_t transfers_sent = 0;
-  std::uint64_t transfers_received = 0;
+  T transfers_sent{};
+  T transfers_received{};
   /// Snapshots that went over BASP although a data plane was on.
-  std::uint64_t fallbacks = 0;
+  T fallbacks{};
   /// Data connections refused (no session, bad proof, malformed bind,
   /// failed TLS handshake).
-  std::uint64_t refused = 0;
+  T refused{};
   /// Transfers dropped: cut short, bad checksum, malformed frame.
-  std::uint64_t torn = 0;
+  T torn{};
   /// Announces above `max_transfer_bytes`.
-  std::uint64_t oversize = 0;
+  T oversize{};
   /// Data connections opened (both ends count).
-  std::uint64_t links_opened = 0;
+  T links_opened{};
   /// Transfers sent / received as same-host references (a subset of
   /// transfers_sent / transfers_received).
-  std::uint64_t shm_sent = 0;
-  std::uint64_t shm_received = 0;
+  T shm_sent{};
+  T shm_received{};
   /// Same-host segments this process holds open now.
-  std::uint64_t segments_open = 0;
+  T segments_open{};
   /// Peers' same-host segments this process maps now (a received snapshot's
   /// bytes; unmapped when its last handle goes).
-  std::uint64_t segments_mapped = 0;
+  T segments_mapped{};
 };
+
+/// What `data_stats()` returns.
+using data_counters = basic_data_counters<std::uint64_t>;
 
 /// Current values of the process-wide counters.
 data_counters data_stats() noexcept;
