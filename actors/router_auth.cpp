@@ -4,6 +4,9 @@
 // subscribed to).
 #include "router_impl.hpp"
 
+#include "dice/messages/context_ack.hpp"
+#include "dice/messages/event.hpp"
+
 namespace dice::router_detail {
 
 void drop(router_ptr self, trust_event ev, const caf::strong_actor_ptr& src,
@@ -87,6 +90,14 @@ bool speaks_for_itself(router_ptr self, const router_peer& p,
   }
   if (msg.get_as<std::string>(0) != topic)
     return forged("its content is labelled with another topic");
+  // Acks and a learner group's messages come from learners only.
+  if ((msg.match_element<context_ack>(1) || topic == learner_group_topic
+       || topic == learner_group_alive_topic)
+      && !p.roles.has(role::learner)) {
+    drop(self, trust_event::message_rejected, src, what,
+         "only learners send acks or speak on a learner group's topics");
+    return false;
+  }
   std::uint32_t named = p.node;
   if (msg.match_element<context_delta>(1))
     named = msg.get_as<context_delta>(1).sender;
@@ -94,18 +105,15 @@ bool speaks_for_itself(router_ptr self, const router_peer& p,
     named = msg.get_as<model_snapshot>(1).sender;
   else if (msg.match_element<storage_ref>(1))
     named = msg.get_as<storage_ref>(1).origin;
-  else if (msg.match_element<std::string>(1)
-           && (topic == learner_group_topic
-               || topic == learner_group_alive_topic)) {
-    // A learner group's text names no node; only learners may send it.
-    if (!p.roles.has(role::learner)) {
-      drop(self, trust_event::message_rejected, src, what,
-           "only learners speak on a learner group's topics");
-      return false;
-    }
-  } else {
+  else if (msg.match_element<context_ack>(1))
+    named = msg.get_as<context_ack>(1).sender;
+  else if (msg.match_element<event>(1)
+           && msg.get_as<event>(1).content.size() == 1)
+    named = msg.get_as<event>(1).sender;
+  else {
     drop(self, trust_event::message_rejected, src, what,
-         "its content is no delta, snapshot or storage reference");
+         "its content is no delta, snapshot, storage reference, ack or "
+         "event");
     return false;
   }
   if (named != p.node)

@@ -5,7 +5,9 @@
 // so that both ends of a connection know the same names; an unregistered type
 // arrives as an empty message `()` in CAF 0.17.
 
+#include "dice/messages/context_ack.hpp"
 #include "dice/messages/context_delta.hpp"
+#include "dice/messages/event.hpp"
 #include "dice/messages/finish.hpp"
 #include "dice/messages/model_snapshot.hpp"
 #include "dice/messages/payload.hpp"
@@ -32,6 +34,8 @@ CAF_BEGIN_TYPE_ID_BLOCK(dice, caf::first_custom_type_id)
   CAF_ADD_TYPE_ID(dice, (dice::peer_hello))
   CAF_ADD_TYPE_ID(dice, (dice::snapshot_chunk))
   CAF_ADD_TYPE_ID(dice, (dice::peer_event))
+  CAF_ADD_TYPE_ID(dice, (dice::context_ack))
+  CAF_ADD_TYPE_ID(dice, (dice::event))
 
   /// Subscribes an actor to a topic on a router.
   CAF_ADD_ATOM(dice, dice, subscribe_atom, "subscribe")

@@ -20,8 +20,11 @@ namespace dice {
 /// 5: the data plane (a `data` field in the hello, channel 2 on the port,
 /// snapshot references on BASP; net/data_plane.hpp). 6: the hello's `data`
 /// is an X25519 key exchange, data connections prove the control session
-/// (net/data_auth.hpp) and run TLS when TLS is on.
-inline constexpr std::uint32_t router_protocol_version = 6;
+/// (net/data_auth.hpp) and run TLS when TLS is on. 7: acks are their own
+/// message (context_ack, from learners only) and any other registered type
+/// travels on a topic inside an `event` (messages/event.hpp); a learner
+/// group's text is such an event.
+inline constexpr std::uint32_t router_protocol_version = 7;
 
 /// The handshake between two nodes: who the node is, what it listens to,
 /// and whether its run is over.
