@@ -104,11 +104,12 @@ dice::middleware ponger() {
   m.name = "ponger";
   m.attach = [svc](dice::node_services& s) {
     *svc = &s;
-    s.subscribe("ping", [svc](const caf::type_erased_tuple& x) {
-      auto d = x.get_as<dice::context_delta>(1);
-      d.sender = (*svc)->node_id();
-      (*svc)->publish("pong", caf::make_message(std::string{"pong"}, d));
-    });
+    s.on(dice::topic<dice::context_delta>{"ping"},
+         [svc](const dice::context_delta& x) {
+           auto d = x;
+           d.sender = (*svc)->node_id();
+           (*svc)->emit(dice::topic<dice::context_delta>{"pong"}, d);
+         });
   };
   m.before = [](dice::context&) -> dice::step {
     return dice::wait_for{[] {
@@ -141,9 +142,10 @@ dice::middleware pinger(int n, std::shared_ptr<probe_result> out) {
   m.name = "pinger";
   m.attach = [st](dice::node_services& s) {
     st->svc = &s;
-    s.subscribe("pong", [st](const caf::type_erased_tuple& x) {
-      st->got = std::max(st->got, x.get_as<dice::context_delta>(1).seq);
-    });
+    s.on(dice::topic<dice::context_delta>{"pong"},
+         [st](const dice::context_delta& x) {
+           st->got = std::max(st->got, x.seq);
+         });
   };
   m.before = [st, n, out](dice::context&) -> dice::step {
     if (st->sent >= static_cast<std::uint64_t>(n)) {
@@ -155,7 +157,7 @@ dice::middleware pinger(int n, std::shared_ptr<probe_result> out) {
     d.seq = ++st->sent;
     d.env_step = 1;
     st->t0 = clock_type::now();
-    st->svc->publish("ping", caf::make_message(std::string{"ping"}, d));
+    st->svc->emit(dice::topic<dice::context_delta>{"ping"}, d);
     auto want = st->sent;
     auto gap = [](dice::context&, dice::wait_outcome) -> dice::step {
       return dice::wait_for{[] {

@@ -39,9 +39,7 @@ middleware learner_hello(model_port_ptr model) {
                              std::chrono::system_clock::now()
                                .time_since_epoch())
                              .count();
-      svc.publish(model_topic,
-                  caf::make_message(std::string{model_topic},
-                                    std::move(*snap)));
+      svc.emit(topic<model_snapshot>{model_topic}, std::move(*snap));
     } else {
       log::error(svc.node_id(),
                  "cannot snapshot the model: " + render(snap.error()));
@@ -54,8 +52,7 @@ middleware learner_hello(model_port_ptr model) {
     d.sender_roles = svc.roles();
     d.train_iter = ctx.train_iter;
     d.model_version = 0;
-    auto topic = context_topic(role::learner);
-    svc.publish(topic, caf::make_message(topic, std::move(d)));
+    svc.emit(topic<context_delta>{context_topic(role::learner)}, std::move(d));
     return proceed;
   };
   return result;

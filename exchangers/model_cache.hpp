@@ -8,7 +8,6 @@
 #include "dice/runtime/middleware.hpp"
 #include "dice/core/model.hpp"
 
-#include "caf/type_erased_tuple.hpp"
 
 #include <chrono>
 #include <cstdint>
@@ -31,13 +30,6 @@ class model_cache {
   /// Version of the last loaded model.
   std::int64_t loaded_version = -1;
 
-  /// Extracts a snapshot from `(topic, model_snapshot)`; nullptr otherwise.
-  static const model_snapshot* unwrap(const caf::type_erased_tuple& msg) {
-    if (!msg.match_elements<std::string, model_snapshot>())
-      return nullptr;
-    return &msg.get_as<model_snapshot>(1);
-  }
-
   /// True if `x` is not newer than what is loaded or cached from the same
   /// sender incarnation (sender and incarnation). DI-engine kept such a model and
   /// spun on it for 60 s. Versions of different senders or incarnations are never
@@ -54,14 +46,14 @@ class model_cache {
   /// Validates and caches `x`, or drops it with a log line.
   bool offer(node_services& svc, const model_snapshot& x) {
     if (outdated(x)) {
-      ++svc.report().models_dropped;
+      svc.add_to_report(report_counter::models_dropped);
       log::debug(svc.node_id(),
                  "dropped model v{} from node {}: not newer than v{}",
                  x.version, x.sender, loaded_version);
       return false;
     }
     if (auto err = validate(x)) {
-      ++svc.report().models_dropped;
+      svc.add_to_report(report_counter::models_dropped);
       log::error(svc.node_id(), "dropped an invalid model: " + render(err));
       return false;
     }
@@ -76,7 +68,7 @@ class model_cache {
     auto x = std::move(*slot);
     slot.reset();
     if (auto err = model.load(x)) {
-      ++svc.report().models_dropped;
+      svc.add_to_report(report_counter::models_dropped);
       log::error(svc.node_id(),
                  "cannot load model v" + std::to_string(x.version)
                    + " from node " + std::to_string(x.sender) + ": "
@@ -87,7 +79,7 @@ class model_cache {
     loaded_incarnation = x.incarnation;
     loaded_version = x.version;
     ctx.model_version = x.version;
-    ++svc.report().models_loaded;
+    svc.add_to_report(report_counter::models_loaded);
     return true;
   }
 };

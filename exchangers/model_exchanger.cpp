@@ -21,7 +21,6 @@ struct exchanger_state {
   bool is_learner = false;
   detail::model_cache cache;
   std::int64_t sent = 0;
-  detail::role_handles handles;
 
   // DI-engine's `_update_model`, as a wait instead of a polling loop.
   step update(context& ctx, caf::actor_clock::time_point start) {
@@ -73,17 +72,17 @@ middleware model_exchanger(model_port_ptr model, model_exchanger_options opts) {
                    "unexpected result, please check your code.");
     st->active = true;
     st->is_learner = roles.has(role::learner);
-    st->handles = detail::handles_of(svc);
     if (st->opts.model_loader)
-      svc.flush_before_done(caf::actor_cast<caf::actor>(st->opts.model_loader));
-    if (!st->is_learner)
-      svc.subscribe(model_topic, [st](const caf::type_erased_tuple& msg) {
-        if (auto x = detail::model_cache::unwrap(msg))
-          st->cache.offer(*st->svc, *x);
-        else
-          detail::forward_storage_ref(*st->svc, st->opts.model_loader,
-                                      st->handles.self, msg);
+      svc.flush_before_done(st->opts.model_loader);
+    if (!st->is_learner) {
+      svc.on(topic<model_snapshot>{model_topic}, [st](const model_snapshot& x) {
+        st->cache.offer(*st->svc, x);
       });
+      svc.on(topic<storage_ref>{model_topic}, [st](const storage_ref& ref) {
+        detail::load_reference(*st->svc, st->opts.model_loader, model_topic,
+                               ref);
+      });
+    }
   };
   result.on_stop = [st](context&) {
     // DI-engine: task.once("finish", model_loader.shutdown).
@@ -113,18 +112,15 @@ middleware model_exchanger(model_port_ptr model, model_exchanger_options opts) {
       return;
     }
     ++st->sent;
-    ++st->svc->report().models_sent;
+    st->svc->add_to_report(report_counter::models_sent);
     ctx.model_version = snap->version;
-    if (st->opts.model_loader && st->handles.router) {
+    if (st->opts.model_loader) {
       // The loader stores it off this actor and publishes the reference.
-      caf::send_as(st->handles.self, st->opts.model_loader, save_atom::value,
-                   std::move(*snap), st->handles.router,
-                   std::vector<std::string>{model_topic});
+      st->svc->store(st->opts.model_loader, std::move(*snap),
+                     std::vector<std::string>{model_topic});
       return;
     }
-    st->svc->publish(model_topic,
-                     caf::make_message(std::string{model_topic},
-                                       std::move(*snap)));
+    st->svc->emit(topic<model_snapshot>{model_topic}, std::move(*snap));
   };
   return result;
 }

@@ -33,7 +33,6 @@ struct exchanger_state {
   std::int64_t id_counter = 0;
   // DI-engine's `_model_stale`: iterations the loaded model has served.
   std::int64_t stale = 0;
-  detail::role_handles handles;
 
   bool fresh(caf::actor_clock::time_point since) const {
     if (opts.delay_toleration == caf::timespan::max())
@@ -62,7 +61,7 @@ struct exchanger_state {
         }
         // Too old to load. DI-engine kept it and spun at 100% CPU for 60 s;
         // dice drops it and waits for a fresh one.
-        ++svc->report().models_dropped;
+        svc->add_to_report(report_counter::models_dropped);
         log::warning(svc->node_id(),
                      "dropped model v" + std::to_string(cache.slot->version)
                        + ": older than delay_toleration");
@@ -113,18 +112,17 @@ middleware periodical_model_exchanger(model_port_ptr model,
     st->svc = &svc;
     // DI-engine never initialised `_time`; dice starts it at attach time.
     st->cache.arrived = svc.now();
-    st->handles = detail::handles_of(svc);
     if (st->opts.model_loader)
-      svc.flush_before_done(caf::actor_cast<caf::actor>(st->opts.model_loader));
-    if (st->opts.mode == exchange_mode::receive)
-      svc.subscribe(
-        st->opts.event_name, [st](const caf::type_erased_tuple& msg) {
-          if (auto x = detail::model_cache::unwrap(msg))
-            st->on_model(*x);
-          else
-            detail::forward_storage_ref(*st->svc, st->opts.model_loader,
-                                        st->handles.self, msg);
-        });
+      svc.flush_before_done(st->opts.model_loader);
+    if (st->opts.mode == exchange_mode::receive) {
+      auto name = st->opts.event_name;
+      svc.on(topic<model_snapshot>{name}, [st](const model_snapshot& x) {
+        st->on_model(x);
+      });
+      svc.on(topic<storage_ref>{name}, [st, name](const storage_ref& ref) {
+        detail::load_reference(*st->svc, st->opts.model_loader, name, ref);
+      });
+    }
   };
   result.on_stop = [st](context&) {
     if (st->opts.model_loader)
@@ -144,16 +142,14 @@ middleware periodical_model_exchanger(model_port_ptr model,
       auto snap = detail::stamped_snapshot(*st->svc, *st->model,
                                            st->id_counter);
       if (snap) {
-        ++st->svc->report().models_sent;
+        st->svc->add_to_report(report_counter::models_sent);
         ctx.model_version = snap->version;
-        if (st->opts.model_loader && st->handles.router)
-          caf::send_as(st->handles.self, st->opts.model_loader,
-                       save_atom::value, std::move(*snap), st->handles.router,
-                       std::vector<std::string>{st->opts.event_name});
+        if (st->opts.model_loader)
+          st->svc->store(st->opts.model_loader, std::move(*snap),
+                         std::vector<std::string>{st->opts.event_name});
         else
-          st->svc->publish(st->opts.event_name,
-                           caf::make_message(st->opts.event_name,
-                                             std::move(*snap)));
+          st->svc->emit(topic<model_snapshot>{st->opts.event_name},
+                        std::move(*snap));
       } else {
         log::error(st->svc->node_id(),
                    "cannot snapshot the model: " + render(snap.error()));

@@ -12,7 +12,7 @@ role_supervisor::role_supervisor(role_config cfg, pipeline pipe,
                                  std::int64_t max_restarts,
                                  std::function<pipeline()> rebuild)
   : cfg_(std::move(cfg)), pipe_(std::move(pipe)), max_restarts_(max_restarts),
-    rebuild_(std::move(rebuild)) {
+    rebuild_(std::move(rebuild)), returned_(std::make_shared<pipeline>()) {
   // nop
 }
 
@@ -20,13 +20,16 @@ role_actor role_supervisor::spawn(caf::actor_system& sys, pipeline pipe) {
   auto rc = cfg_;
   rc.restarts = cfg_.restarts + restarts_;
   rc.restarts_left = max_restarts_ - restarts_;
+  // Without `rebuild` the next incarnation runs this pipeline again: the
+  // quitting actor hands it back (middleware is move-only).
+  if (!rebuild_)
+    rc.hand_back = returned_;
   current_ = spawn_role(sys, std::move(rc), std::move(pipe));
   return current_;
 }
 
 role_actor role_supervisor::start(caf::actor_system& sys) {
-  // A copy: the original stays for restarts without `rebuild`.
-  return spawn(sys, pipe_);
+  return spawn(sys, std::move(pipe_));
 }
 
 bool role_supervisor::restart(caf::actor_system& sys,
@@ -43,7 +46,7 @@ bool role_supervisor::restart(caf::actor_system& sys,
                  + ") with a fresh context");
   pipeline next;
   try {
-    next = rebuild_ ? rebuild_() : pipe_;
+    next = rebuild_ ? rebuild_() : std::move(*returned_);
   } catch (const std::exception& e) {
     log::error(cfg_.node,
                std::string{"cannot rebuild the pipeline: "} + e.what());

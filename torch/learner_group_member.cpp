@@ -153,9 +153,7 @@ step learner_group_member::state::form(context& ctx) {
       h.joiner = admitting->node;
       h.joiner_nonce = admitting->nonce;
     }
-    svc->publish(learner_group_topic,
-                 caf::make_message(std::string{learner_group_topic},
-                                   to_wire(h)));
+    svc->emit(topic<std::string>{learner_group_topic}, to_wire(h));
   }
   // Blocks this role actor until every rank connected (join_timeout).
   if (auto err = g->join()) {
@@ -187,9 +185,7 @@ step learner_group_member::state::reform(context&) {
   auto gen = cfg.generation;
   alive[gen].insert(cfg.rank);
   learner_group_alive a{gen, static_cast<std::uint32_t>(cfg.rank)};
-  svc->publish(learner_group_alive_topic,
-               caf::make_message(std::string{learner_group_alive_topic},
-                                 to_wire(a)));
+  svc->emit(topic<std::string>{learner_group_alive_topic}, to_wire(a));
   return wait_for{
     [this, gen] {
       return svc->finished()
@@ -300,15 +296,14 @@ middleware learner_group_member::make_middleware() {
   m.name = "learner_group";
   m.attach = [st](node_services& svc) {
     st->svc = &svc;
-    svc.subscribe(learner_group_topic, [st](const caf::type_erased_tuple& x) {
-      if (x.match_elements<std::string, std::string>())
-        st->on_hello(x.get_as<std::string>(1));
-    });
-    svc.subscribe(learner_group_alive_topic,
-                  [st](const caf::type_erased_tuple& x) {
-                    if (x.match_elements<std::string, std::string>())
-                      st->on_alive(x.get_as<std::string>(1));
-                  });
+    svc.on(topic<std::string>{learner_group_topic},
+           [st](const std::string& x) {
+             st->on_hello(x);
+           });
+    svc.on(topic<std::string>{learner_group_alive_topic},
+           [st](const std::string& x) {
+             st->on_alive(x);
+           });
     svc.on_peer_event([st](const peer_event& ev) {
       st->on_peer(ev);
     });

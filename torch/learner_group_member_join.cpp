@@ -89,9 +89,7 @@ double learner_group_member::state::join_offer() const {
 // second until rank 0's hello names it, at most `join_timeout`).
 step learner_group_member::state::ask_to_join(context&) {
   learner_group_join j{node(), nonce};
-  svc->publish(learner_group_alive_topic,
-               caf::make_message(std::string{learner_group_alive_topic},
-                                 to_wire(j)));
+  svc->emit(topic<std::string>{learner_group_alive_topic}, to_wire(j));
   return wait_for{
     [this] {
       return welcome.has_value() || svc->finished();

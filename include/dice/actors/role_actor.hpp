@@ -3,7 +3,9 @@
 #include "dice/actors/router.hpp"
 #include "dice/security/senders.hpp"
 #include "dice/core/context.hpp"
+#include "dice/messages/context_ack.hpp"
 #include "dice/messages/context_delta.hpp"
+#include "dice/messages/event.hpp"
 #include "dice/messages/finish.hpp"
 #include "dice/messages/model_snapshot.hpp"
 #include "dice/messages/peer_event.hpp"
@@ -34,8 +36,9 @@ using role_actor = caf::typed_actor<
   caf::reacts_to<std::string, context_delta>,
   caf::reacts_to<std::string, model_snapshot>,
   caf::reacts_to<std::string, storage_ref>,
-  // short text on a topic (a learner group's rendezvous, learner_group_hello.hpp)
-  caf::reacts_to<std::string, std::string>,
+  caf::reacts_to<std::string, context_ack>,
+  // any other type a user emits on a topic (dice::topic<T>)
+  caf::reacts_to<std::string, event>,
   caf::reacts_to<finish>,
   caf::reacts_to<start_atom>,
   caf::replies_to<ready_atom>::with<bool>,
@@ -88,6 +91,11 @@ struct role_config {
   std::string spool_dir;
   /// fdatasync every spool write (node_services::spool_fsync).
   bool spool_fsync = false;
+  /// Where the actor leaves its pipeline when it quits for a restart
+  /// (role_supervisor runs it again when it has no `rebuild`): middleware
+  /// is move-only, so an incarnation hands its pipeline to the next one
+  /// instead of two sharing copies. Null: the pipeline dies with the actor.
+  std::shared_ptr<pipeline> hand_back;
 };
 
 /// State of a role actor; implements the services middleware sees.
@@ -99,23 +107,41 @@ struct role_state : node_services {
   std::uint32_t node_id() const override;
   role_set roles() const override;
   std::uint64_t incarnation() const override;
-  void subscribe(const std::string& topic, handler fn) override;
-  void publish(const std::string& topic, caf::message msg) override;
   caf::actor_clock::time_point now() const override;
   bool finished() const override;
+  bool failing() const override;
   void request_finish(std::string reason) override;
-  void flush_before_done(caf::actor worker) override;
-  caf::actor handle() override;
-  caf::actor router_handle() override;
-  void load(const caf::actor& loader, const storage_ref& ref,
+  void add_to_report(report_counter c, std::int64_t n) override;
+  void flush_before_done(const storage_loader_actor& loader) override;
+  void flush_before_done(const model_loader_actor& loader) override;
+  void store(const storage_loader_actor& loader, context_delta x,
+             std::vector<std::string> topics) override;
+  void store(const model_loader_actor& loader, model_snapshot x,
+             std::vector<std::string> topics) override;
+  void load(const storage_loader_actor& loader, const storage_ref& ref,
+            const std::string& topic) override;
+  void load(const model_loader_actor& loader, const storage_ref& ref,
             const std::string& topic) override;
   void quit_when(std::function<bool()> settled) override;
   void schedule(caf::timespan delay, std::function<void()> fn) override;
   void on_peer_event(peer_handler fn) override;
-  node_report& report() override;
-  caf::actor_system& system() override;
   std::string spool_dir() const override;
   bool spool_fsync() const override;
+
+  // -- topics -----------------------------------------------------------------
+
+  /// Subscribes `fn` to `topic` (node_services::on).
+  void subscribe_erased(const std::string& topic, erased_handler fn) override;
+
+  /// Publishes `(topic, content)` through the router (node_services::emit).
+  void publish_erased(const std::string& topic, caf::message msg) override;
+
+  /// Waits for a worker's flush before telling the router this node is done.
+  void add_flush_target(caf::actor worker);
+
+  /// Asks `loader` to load `ref` and send `(topic, item)` back here.
+  void start_load(const caf::actor& loader, const storage_ref& ref,
+                  const std::string& topic);
 
   // -- iteration engine -------------------------------------------------------
 
@@ -134,8 +160,8 @@ struct role_state : node_services {
   /// Ends the pending wait with `outcome` and goes on.
   void resume(wait_outcome outcome);
 
-  /// Delivers a message that arrived on a topic.
-  void dispatch(const std::string& topic, const caf::type_erased_tuple& msg);
+  /// Delivers a value that arrived on a topic.
+  void dispatch(const std::string& topic, const detail::topic_value& x);
 
   /// Called when the cluster finishes (or this node decides to finish);
   /// `in_step` is true when called from inside an iteration.
@@ -192,7 +218,7 @@ struct role_state : node_services {
   /// Counters for the final report.
   node_report rep;
   /// Topic handlers registered by middleware.
-  std::map<std::string, std::vector<handler>> handlers;
+  std::map<std::string, std::vector<erased_handler>> handlers;
   /// Index of the stage whose before-part runs or waits.
   std::size_t cursor = 0;
   /// The wait in progress, if any.

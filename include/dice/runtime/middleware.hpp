@@ -1,18 +1,21 @@
 #pragma once
 
+#include "dice/actors/model_loader.hpp"
+#include "dice/actors/storage_loader.hpp"
 #include "dice/core/context.hpp"
+#include "dice/core/role.hpp"
+#include "dice/messages/event.hpp"
 #include "dice/messages/finish.hpp"
 #include "dice/messages/peer_event.hpp"
 #include "dice/messages/storage_ref.hpp"
-#include "dice/core/node_report.hpp"
-#include "dice/core/role.hpp"
+#include "dice/runtime/topic.hpp"
 
 #include "caf/actor.hpp"
 #include "caf/actor_clock.hpp"
 #include "caf/fwd.hpp"
+#include "caf/make_message.hpp"
 #include "caf/message.hpp"
 #include "caf/timespan.hpp"
-#include "caf/type_erased_tuple.hpp"
 
 #include <cstdint>
 #include <functional>
@@ -53,7 +56,24 @@ struct wait_for {
   std::function<step(context&, wait_outcome)> resume;
 };
 
-/// What a role actor offers to the middleware it runs.
+/// A counter of the node's report (node_report) that middleware adds to.
+enum class report_counter : std::uint8_t {
+  /// node_report::trajectories_received.
+  trajectories_received,
+  /// node_report::deltas_received.
+  deltas_received,
+  /// node_report::models_loaded.
+  models_loaded,
+  /// node_report::models_sent.
+  models_sent,
+  /// node_report::models_dropped.
+  models_dropped,
+};
+
+/// What a role actor offers to the middleware it runs: its identity, typed
+/// topics, its clock and timers, loaders, and the few counters middleware
+/// reports. Nothing else of the actor (no actor system, no actor handles, no
+/// report to write into) is reachable from here.
 class node_services {
  public:
   virtual ~node_services();
@@ -67,15 +87,34 @@ class node_services {
   /// This node's incarnation: differs after a restart.
   virtual std::uint64_t incarnation() const = 0;
 
-  /// Handler for messages arriving on a topic; the content is `(topic, T)`.
-  using handler = std::function<void(const caf::type_erased_tuple&)>;
+  /// Every value on `t` from another node (or a loader of this one) goes to
+  /// `fn`, once (DI-engine's `task.on`). Values of another type on the same
+  /// topic name are not `fn`'s: if no handler of the topic takes them, they
+  /// are counted (trust_event::message_rejected) and dropped.
+  template <class T, class F>
+  void on(const topic<T>& t, F fn) {
+    subscribe_erased(t.name(),
+                     [fn = std::move(fn)](const detail::topic_value& x) {
+                       if (auto ptr = x.get<T>()) {
+                         fn(*ptr);
+                         return true;
+                       }
+                       return false;
+                     });
+  }
 
-  /// Subscribes to `topic`; every message on it goes to `fn`, once.
-  virtual void subscribe(const std::string& topic, handler fn) = 0;
-
-  /// Sends `(topic, content...)` to every other node subscribed to `topic`
-  /// (DI-engine's `emit(..., only_remote=True)`).
-  virtual void publish(const std::string& topic, caf::message msg) = 0;
+  /// Sends `value` on `t` to every other node subscribed to it
+  /// (DI-engine's `task.emit(..., only_remote=True)`).
+  template <class T>
+  void emit(const topic<T>& t, T value) {
+    if constexpr (travels_unwrapped<T>::value)
+      publish_erased(t.name(), caf::make_message(t.name(), std::move(value)));
+    else
+      publish_erased(t.name(),
+                     caf::make_message(
+                       t.name(),
+                       event{node_id(), caf::make_message(std::move(value))}));
+  }
 
   /// The actor clock's now (a fake clock under test).
   virtual caf::actor_clock::time_point now() const = 0;
@@ -83,21 +122,46 @@ class node_services {
   /// True once the cluster has finished.
   virtual bool finished() const = 0;
 
+  /// True when this node's run ends with an error (node_report::failed).
+  virtual bool failing() const = 0;
+
   /// Ends the run after the current iteration (e.g. a stop value reached).
   virtual void request_finish(std::string reason) = 0;
 
-  /// Work a node hands to `worker` (e.g. a loader that stores and then
-  /// publishes) must reach the router before the node's finish and done: when
-  /// the node stops it asks each such worker to flush, and only then tells
-  /// the router (so peers get the node's last data before its finish).
-  virtual void flush_before_done(caf::actor worker) = 0;
+  /// Adds `n` to a counter of the node's report.
+  virtual void add_to_report(report_counter c, std::int64_t n = 1) = 0;
 
-  /// Asks `loader` (a storage or model loader) to read `ref` and send
-  /// `(topic, item)` back, where the topic's handlers get it like a message
-  /// from the router. Until the loader answered (or `role_config::load_timeout`
-  /// passed), a finish does not end the current wait and the node does not
-  /// quit: what a peer stored before its finish is still merged.
-  virtual void load(const caf::actor& loader, const storage_ref& ref,
+  /// Work a node hands to a loader (which stores and then publishes) must
+  /// reach the router before the node's finish and done: when the node stops
+  /// it asks each such loader to flush, and only then tells the router (so
+  /// peers get the node's last data before its finish).
+  virtual void flush_before_done(const storage_loader_actor& loader) = 0;
+
+  /// Same for a model loader.
+  virtual void flush_before_done(const model_loader_actor& loader) = 0;
+
+  /// Asks `loader` to store `x` and publish its storage_ref on each of
+  /// `topics` (DI-engine's `storage_loader.save`), in this node's name.
+  virtual void store(const storage_loader_actor& loader, context_delta x,
+                     std::vector<std::string> topics)
+    = 0;
+
+  /// Same for a model loader and a snapshot.
+  virtual void store(const model_loader_actor& loader, model_snapshot x,
+                     std::vector<std::string> topics)
+    = 0;
+
+  /// Asks `loader` to read `ref` and hand the delta to the handlers of
+  /// `topic` like a message from the router. Until the loader answered (or
+  /// `role_config::load_timeout` passed), a finish does not end the current
+  /// wait and the node does not quit: what a peer stored before its finish
+  /// is still merged.
+  virtual void load(const storage_loader_actor& loader, const storage_ref& ref,
+                    const std::string& topic)
+    = 0;
+
+  /// Same for a model loader (the handlers get a model_snapshot).
+  virtual void load(const model_loader_actor& loader, const storage_ref& ref,
                     const std::string& topic)
     = 0;
 
@@ -118,18 +182,6 @@ class node_services {
   /// was lost).
   virtual void on_peer_event(peer_handler fn) = 0;
 
-  /// The role actor itself (a worker sends what it loaded here).
-  virtual caf::actor handle() = 0;
-
-  /// The node's router (a worker publishes what it stored there).
-  virtual caf::actor router_handle() = 0;
-
-  /// Counters reported at the end of the run.
-  virtual node_report& report() = 0;
-
-  /// The actor system the node runs in.
-  virtual caf::actor_system& system() = 0;
-
   /// Directory where a collector spools the context deltas no learner
   /// acknowledged yet, so a later incarnation of this node republishes
   /// them (--dice.spool-dir; empty: no spool).
@@ -141,12 +193,31 @@ class node_services {
   virtual bool spool_fsync() const {
     return false;
   }
+
+ protected:
+  /// Takes one value of a topic; false: not of the handler's type.
+  using erased_handler = std::function<bool(const detail::topic_value&)>;
+
+  /// Subscribes `fn` to the topic called `name` (on()).
+  virtual void subscribe_erased(const std::string& name, erased_handler fn) = 0;
+
+  /// Publishes `(name, content)` (emit()).
+  virtual void publish_erased(const std::string& name, caf::message msg) = 0;
 };
 
 /// One stage of a pipeline (DI-engine's generator middleware): `before`
 /// runs in registration order, `after` in reverse order once every later
-/// stage has run. All parts are optional.
+/// stage has run. All parts are optional. Move-only: the parts usually
+/// share a state (a shared_ptr they captured), and two role actors running
+/// copies of one middleware would race on it.
 struct middleware {
+  /// An empty stage.
+  middleware() = default;
+  middleware(middleware&&) = default;
+  middleware& operator=(middleware&&) = default;
+  middleware(const middleware&) = delete;
+  middleware& operator=(const middleware&) = delete;
+
   /// Name for logs.
   std::string name;
   /// Runs once when the role actor starts: subscribe to topics here.

@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 
 namespace dice {
 
@@ -21,8 +22,9 @@ namespace dice {
 class role_supervisor {
  public:
   /// `rebuild` makes the pipeline of each restarted incarnation (DI-engine
-  /// re-runs `main`); without it a restart reuses `pipe` as it is, so
-  /// middleware keeps what it captured (e.g. an exchanger's sequence).
+  /// re-runs `main`); without it a restart reuses `pipe` as it is (the
+  /// quitting incarnation hands it back), so middleware keeps what it
+  /// captured (e.g. an exchanger's sequence).
   role_supervisor(role_config cfg, pipeline pipe, std::int64_t max_restarts,
                   std::function<pipeline()> rebuild = {});
 
@@ -51,6 +53,8 @@ class role_supervisor {
   pipeline pipe_;
   std::int64_t max_restarts_;
   std::function<pipeline()> rebuild_;
+  /// Where a quitting incarnation leaves its pipeline (role_config::hand_back).
+  std::shared_ptr<pipeline> returned_;
   std::int64_t restarts_ = 0;
   role_actor current_;
 };
