@@ -235,7 +235,7 @@ TEST_F(ExchangerLoaders, ContextTravelsAsReferencesAndIsSummed) {
     return proceed;
   };
   pipeline cp;
-  cp.use(gate()).use(context_exchanger(co)).use(collect);
+  cp.use(gate()).use(context_exchanger(co)).use(std::move(collect));
   pipeline lp;
   lp.use(context_exchanger(lo));
   auto l = spawn_role(router, 0, {role::learner}, std::move(lp));

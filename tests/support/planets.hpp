@@ -65,6 +65,8 @@ struct member_state {
   std::vector<std::string> topics;
   std::vector<context_delta> deltas;
   std::vector<model_snapshot> snapshots;
+  std::vector<context_ack> acks;
+  std::vector<event> events;
   std::vector<finish> finishes;
   std::vector<peer_event> peer_events;
   int done = 0;
@@ -81,6 +83,14 @@ inline caf::behavior member(member_actor* self) {
     [=](const std::string& topic, const model_snapshot& x) {
       self->state.topics.push_back(topic);
       self->state.snapshots.push_back(x);
+    },
+    [=](const std::string& topic, const context_ack& x) {
+      self->state.topics.push_back(topic);
+      self->state.acks.push_back(x);
+    },
+    [=](const std::string& topic, const event& x) {
+      self->state.topics.push_back(topic);
+      self->state.events.push_back(x);
     },
     [=](const finish& x) {
       self->state.finishes.push_back(x);

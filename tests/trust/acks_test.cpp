@@ -4,6 +4,7 @@
 // and a restarted collector's two incarnations are both counted exactly.
 
 #include "dice/exchangers/context_exchanger.hpp"
+#include "dice/messages/context_ack.hpp"
 #include "dice/messages/context_delta.hpp"
 #include "dice/security/trust.hpp"
 
@@ -295,6 +296,35 @@ TEST_F(AcksTest, ALearnerConnectingTriggersAnImmediateResend) {
   EXPECT_GE(got_[2].env_step, 9);
   EXPECT_EQ(got_[0].env_step, got_[2].env_step);
   EXPECT_EQ(got_[0].trajectories_received, got_[2].env_step);
+}
+
+// Acks are context_ack messages (protocol v7). One for another collector, or
+// for seqs this incarnation never sent, frees nothing and is counted; a
+// genuine one frees the window. Before the check, an ack up to seq 1000
+// emptied the window of deltas no learner had.
+TEST_F(AcksTest, AckForAnotherCollectorOrUnsentSeqsIsRefused) {
+  auto router = spawn_router();
+  auto cstats = make_stats();
+  context_exchanger_options copts;
+  copts.max_in_flight = 2;
+  copts.resend_timeout = 1h;
+  copts.stats = cstats;
+  auto c = spawn_incarnation(router, 2, 0x42, collector_pipe(2, 3, copts), 0);
+  start({c});
+  ASSERT_EQ(cstats->deltas_sent, 2u); // the window is full, nobody acks
+  auto topic = context_ack_topic(2);
+  auto rejected = counter(trust_event::message_rejected);
+  publish(router, topic, 0, context_ack{0, 2, 0x42, 1000}); // never sent
+  publish(router, topic, 0, context_ack{0, 3, 0x42, 2});    // not ours
+  EXPECT_EQ(counter(trust_event::message_rejected), rejected + 2);
+  EXPECT_EQ(cstats->acks_received, 0u);
+  EXPECT_EQ(cstats->deltas_sent, 2u) << "a forged ack opened the window";
+  // A value of another type on the ack topic is no ack either.
+  publish(router, topic, 0, context_delta{});
+  EXPECT_EQ(counter(trust_event::message_rejected), rejected + 3);
+  publish(router, topic, 0, context_ack{0, 2, 0x42, 2});
+  EXPECT_EQ(cstats->acks_received, 1u);
+  EXPECT_EQ(cstats->deltas_sent, 4u) << "the genuine ack opened the window";
 }
 
 } // namespace

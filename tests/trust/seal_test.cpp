@@ -11,7 +11,9 @@
 #include "dice/actors/gate.hpp"
 #include "dice/security/auth.hpp"
 #include "dice/core/errc.hpp"
+#include "dice/messages/context_ack.hpp"
 #include "dice/messages/context_delta.hpp"
+#include "dice/messages/event.hpp"
 #include "dice/messages/model_snapshot.hpp"
 #include "dice/messages/snapshot_chunk.hpp"
 #include "dice/security/trust.hpp"
@@ -400,6 +402,82 @@ TEST_F(Seal, ChunkFromAnotherOriginIsDropped) {
     << "a chunk from another origin was reassembled and delivered";
   // Each chunk is dropped (and counted) on its own.
   EXPECT_EQ(count(trust_event::forged_origin), before + 3);
+}
+
+// Acks are their own message (protocol v7) and only learners send them. A
+// peer that is no learner (here: no roles) acks a collector's deltas in its
+// own name: refused. Without the router's check the ack reached the
+// collector, which then forgot deltas no learner had (data loss).
+TEST_F(Seal, PeerThatIsNoLearnerCannotAck) {
+  auto before = count(trust_event::message_rejected);
+  auto proxy = router_of(b).peers[0].handle;
+  auto gate_b = gate_of(1, b);
+  hosts[1]->sys.spawn([=](caf::event_based_actor*) {
+    dice::context_ack ack{1, 0, 7, 1000};
+    caf::send_as(gate_b, proxy, dice::forward_atom::value, std::string{"t"},
+                 std::uint32_t{1}, caf::make_message(std::string{"t"}, ack));
+  });
+  exec_all();
+  EXPECT_TRUE(member_of(ma).acks.empty()) << "a collector's ack was delivered";
+  EXPECT_EQ(count(trust_event::message_rejected), before + 1);
+}
+
+// A user's event names the node that emitted it; a peer may emit only in its
+// own name, and an envelope holding anything but one value is refused.
+TEST_F(Seal, PeerEventsAreTakenInTheirSendersNameOnly) {
+  auto forged = count(trust_event::forged_origin);
+  auto rejected = count(trust_event::message_rejected);
+  auto proxy = router_of(b).peers[0].handle;
+  auto gate_b = gate_of(1, b);
+  hosts[1]->sys.spawn([=](caf::event_based_actor*) {
+    auto send = [&](dice::event e) {
+      caf::send_as(gate_b, proxy, dice::forward_atom::value, std::string{"t"},
+                   std::uint32_t{1},
+                   caf::make_message(std::string{"t"}, std::move(e)));
+    };
+    send(dice::event{1, caf::make_message(std::string{"honest"})});
+    send(dice::event{3, caf::make_message(std::string{"forged"})});
+    send(dice::event{1, caf::message{}});
+  });
+  exec_all();
+  auto& events = member_of(ma).events;
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].sender, 1u);
+  EXPECT_EQ(events[0].content.get_as<std::string>(0), "honest");
+  EXPECT_EQ(count(trust_event::forged_origin), forged + 1);
+  EXPECT_EQ(count(trust_event::message_rejected), rejected + 1);
+}
+
+// Node 1 is a learner: its acks in its own name flow, one naming another
+// node does not.
+class SealLearnerPeer : public Seal {
+ protected:
+  void SetUp() override {
+    router_config cfg;
+    cfg.roles = {dice::role::learner};
+    start(cfg);
+  }
+};
+
+TEST_F(SealLearnerPeer, ALearnersAckFlowsAndAForgedOneDoesNot) {
+  auto before = count(trust_event::forged_origin);
+  auto proxy = router_of(b).peers[0].handle;
+  auto gate_b = gate_of(1, b);
+  hosts[1]->sys.spawn([=](caf::event_based_actor*) {
+    caf::send_as(gate_b, proxy, dice::forward_atom::value, std::string{"t"},
+                 std::uint32_t{1},
+                 caf::make_message(std::string{"t"},
+                                   dice::context_ack{1, 0, 7, 3}));
+    caf::send_as(gate_b, proxy, dice::forward_atom::value, std::string{"t"},
+                 std::uint32_t{1},
+                 caf::make_message(std::string{"t"},
+                                   dice::context_ack{3, 0, 7, 1000}));
+  });
+  exec_all();
+  auto& acks = member_of(ma).acks;
+  ASSERT_EQ(acks.size(), 1u);
+  EXPECT_EQ(acks[0].upto, 3u);
+  EXPECT_EQ(count(trust_event::forged_origin), before + 1);
 }
 
 } // namespace
