@@ -98,7 +98,8 @@ static_assert(!std::is_copy_constructible<middleware>::value
                 && !std::is_copy_assignable<middleware>::value,
               "a middleware copy would share its state");
 static_assert(std::is_nothrow_move_constructible<middleware>::value);
-static_assert(!std::is_copy_constructible<pipeline>::value);
+// (A pipeline holds a vector of them, so copying one does not compile either;
+// std::vector's copy constructor is not SFINAE-friendly, so no trait says so.)
 
 // -- pipelines ----------------------------------------------------------------
 
@@ -209,7 +210,7 @@ TEST_F(TypedEvents, AValueNoHandlerOfTheTopicTakesIsCounted) {
 
 struct events_config : caf::actor_system_config {
   events_config() {
-    add_message_types(*this);
+    dice::add_message_types(*this);
     add_message_types<caf::id_block::typed_event_test>();
   }
 };
