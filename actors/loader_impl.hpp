@@ -85,18 +85,8 @@ void warn_load_failed(Self self, const char* missing, const caf::error& err) {
 /// names itself and that no other node can name; drops it otherwise.
 template <class Self>
 bool admit(Self self, const char* what) {
-  auto& src = self->current_sender();
-  auto kind = classify(src, self->system());
-  if (kind == sender_kind::local)
-    return true;
-  self->state.drops.drop(self->state.opts.node,
-                         kind == sender_kind::anonymous
-                           ? trust_event::anonymous_dropped
-                           : trust_event::stranger_dropped,
-                         src, what,
-                         "a loader takes requests from its own node only",
-                         self->clock().now());
-  return false;
+  return admit_local(self, self->state.drops, self->state.opts.node, what,
+                     "a loader takes requests from its own node only");
 }
 
 /// Item 3 of issue 9: what a reference points at must be data of the node

@@ -23,18 +23,8 @@ using role_ptr = role_actor::stateful_pointer<role_state>;
 // node's launcher); nothing else can reach it, but a sender-less message
 // would look the same from anywhere.
 bool admit(role_ptr self, const char* what) {
-  auto& src = self->current_sender();
-  auto kind = classify(src, self->system());
-  if (kind == sender_kind::local)
-    return true;
-  self->state.drops.drop(self->state.cfg.node,
-                         kind == sender_kind::anonymous
-                           ? trust_event::anonymous_dropped
-                           : trust_event::stranger_dropped,
-                         src, what,
-                         "a role actor takes messages from its own node only",
-                         self->clock().now());
-  return false;
+  return admit_local(self, self->state.drops, self->state.cfg.node, what,
+                     "a role actor takes messages from its own node only");
 }
 
 // Timers and iteration steps come from the actor itself.

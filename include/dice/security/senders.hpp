@@ -64,6 +64,24 @@ class drop_log {
   std::uint64_t dropped_ = 0;
 };
 
+/// True if `self`'s current message comes from an actor of this node that
+/// names itself and that no other node can name; otherwise counts and logs
+/// the drop in `drops` on behalf of `node` and returns false. A sender-less
+/// message would look the same from anywhere, so it is dropped too.
+template <class Self>
+bool admit_local(Self self, drop_log& drops, std::uint32_t node,
+                 const char* what, const char* why) {
+  auto& src = self->current_sender();
+  auto kind = classify(src, self->system());
+  if (kind == sender_kind::local)
+    return true;
+  drops.drop(node,
+             kind == sender_kind::anonymous ? trust_event::anonymous_dropped
+                                            : trust_event::stranger_dropped,
+             src, what, why, self->clock().now());
+  return false;
+}
+
 /// "an anonymous sender", or "a stranger (actor 7@NODE)", for log lines.
 std::string describe_sender(const caf::strong_actor_ptr& src,
                             caf::actor_system& sys);
