@@ -1,0 +1,190 @@
+// All-reduce of a gradient across 2 learner processes (dice::learner_group,
+// c10d's ProcessGroupGloo over loopback TCP), against its baseline measured
+// in the same run: raw loopback TCP moving the same bytes. With two ranks a
+// ring all-reduce of N bytes sends N and receives N bytes on each rank, so
+// the baseline is a full-duplex exchange: each process sends N bytes and
+// receives N bytes at the same time.
+//
+// This process is rank 0 and runs Google Benchmark; it forks rank 1 before
+// anything else starts. Before each benchmark run rank 0 tells rank 1 over a
+// control socket what to do and how many iterations, so both run in step.
+//   BM_allreduce/mode:M/bytes:B   M: 0 flat, 1 bucketed 1 MiB, 2 bucketed 4 MiB
+//   BM_tcp_exchange/bytes:B       the raw-TCP baseline
+//   BM_local_step/bytes:B         forward+backward+Adam of that model, alone
+// Models: B = 6824968 (1.7M floats, four Linear layers) and B = 18440 (the
+// DQN demo's 4-64-64-2 Q-network, hidden = 64).
+//
+// ranks.cpp sets up both ranks; link.cpp is the raw-TCP side.
+
+#include "dice/core/errc.hpp"
+
+#include "allreduce_bench.hpp"
+#include <benchmark/benchmark.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <vector>
+
+namespace {
+
+using namespace dice::bench::allreduce;
+
+rank_state* state = nullptr;
+
+// Tells rank 1 what this run does; it starts as soon as it reads it.
+void start_peer(benchmark::State& st, std::int32_t kind, std::int32_t mode,
+                std::int64_t bytes) {
+  command c{kind, mode, bytes, static_cast<std::int64_t>(st.max_iterations)};
+  if (!send_all(state->control, &c, sizeof(c)))
+    st.SkipWithError("control channel closed");
+}
+
+void finish_peer(benchmark::State& st) {
+  char ok = 0;
+  if (!recv_all(state->control, &ok, 1) || !ok)
+    st.SkipWithError("rank 1 failed");
+}
+
+// Times each iteration: on a machine shared with other jobs the mean is
+// the scheduler's tail; the median (p50_us) is the operation's own cost.
+class iteration_timer {
+ public:
+  void start() {
+    t0_ = std::chrono::steady_clock::now();
+  }
+  void stop() {
+    us_.push_back(std::chrono::duration<double, std::micro>(
+                    std::chrono::steady_clock::now() - t0_)
+                    .count());
+  }
+  void report(benchmark::State& st) {
+    if (us_.empty())
+      return;
+    std::sort(us_.begin(), us_.end());
+    st.counters["p50_us"] = us_[us_.size() / 2];
+    st.counters["p90_us"] = us_[us_.size() * 9 / 10];
+  }
+
+ private:
+  std::chrono::steady_clock::time_point t0_;
+  std::vector<double> us_;
+};
+
+void BM_allreduce(benchmark::State& st) {
+  auto mode = static_cast<std::int32_t>(st.range(0));
+  auto bytes = st.range(1);
+  auto& m = state->model(bytes);
+  auto& g = state->groups[static_cast<std::size_t>(mode)];
+  iteration_timer timer;
+  start_peer(st, 0, mode, bytes);
+  for (auto _ : st) {
+    timer.start();
+    if (auto err = g.all_reduce_gradients(m)) {
+      st.SkipWithError(dice::render(err).c_str());
+      break;
+    }
+    timer.stop();
+  }
+  finish_peer(st);
+  timer.report(st);
+  st.SetBytesProcessed(static_cast<std::int64_t>(st.iterations())
+                       * model_bytes(m));
+}
+
+void BM_tcp_exchange(benchmark::State& st) {
+  auto bytes = st.range(0);
+  iteration_timer timer;
+  start_peer(st, 1, 0, bytes);
+  for (auto _ : st) {
+    timer.start();
+    if (!state->link->exchange(state->out.data(), state->in.data(),
+                               static_cast<std::size_t>(bytes))) {
+      st.SkipWithError("exchange failed");
+      break;
+    }
+    timer.stop();
+  }
+  finish_peer(st);
+  timer.report(st);
+  st.SetBytesProcessed(static_cast<std::int64_t>(st.iterations()) * bytes);
+}
+
+// A learner's own work per step on that model, for the scaling estimate:
+// forward and backward of a batch of 64, then Adam.
+void BM_local_step(benchmark::State& st) {
+  auto bytes = st.range(0);
+  auto model = make_model(bytes);
+  auto in = bytes == big_bytes ? 1024 : 4;
+  torch::optim::Adam opt{(*model)->parameters(),
+                         torch::optim::AdamOptions(1e-3)};
+  auto x = torch::randn({64, in});
+  iteration_timer timer;
+  for (auto _ : st) {
+    timer.start();
+    opt.zero_grad();
+    auto loss = (*model)->forward(x).pow(2).mean();
+    loss.backward();
+    opt.step();
+    timer.stop();
+  }
+  timer.report(st);
+}
+
+BENCHMARK(BM_tcp_exchange)
+  ->ArgNames({"bytes"})
+  ->Arg(big_bytes)
+  ->Arg(dqn_bytes)
+  ->UseRealTime()
+  ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_allreduce)
+  ->ArgNames({"mode", "bytes"})
+  ->ArgsProduct({{0, 1, 2}, {big_bytes, dqn_bytes}})
+  ->UseRealTime()
+  ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_local_step)
+  ->ArgNames({"bytes"})
+  ->Arg(big_bytes)
+  ->Arg(dqn_bytes)
+  ->UseRealTime()
+  ->Unit(benchmark::kMillisecond);
+
+} // namespace
+
+int main(int argc, char** argv) {
+  int sv[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0)
+    return 1;
+  auto parent = ::getpid();
+  auto pid = ::fork();
+  if (pid == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent)
+      _exit(1);
+    ::close(sv[0]);
+    _exit(peer_main(sv[1]));
+  }
+  ::close(sv[1]);
+  rank_state s;
+  s.control = sv[0];
+  state = &s;
+  if (!setup_rank0(s)) {
+    std::fprintf(stderr, "allreduce_bench: the group did not form\n");
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+    return 1;
+  }
+  benchmark::Initialize(&argc, argv);
+  benchmark::RunSpecifiedBenchmarks();
+  command stop{2, 0, 0, 0};
+  send_all(s.control, &stop, sizeof(stop));
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  state = nullptr;
+  return 0;
+}

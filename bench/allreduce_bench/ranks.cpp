@@ -1,0 +1,150 @@
+// The two ranks of allreduce_bench: their models and groups, how they set
+// up, and the commands rank 1 runs in step with rank 0.
+
+#include "dice/core/errc.hpp"
+
+#include "allreduce_bench.hpp"
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdio>
+
+namespace dice::bench::allreduce {
+
+dice::learner_group_config mode_config(int mode) {
+  dice::learner_group_config c;
+  c.size = 2;
+  c.timeout = std::chrono::seconds{30};
+  c.mode = mode == 0 ? dice::reduce_mode::flat : dice::reduce_mode::bucketed;
+  c.bucket_bytes = mode == 2 ? (std::size_t{4} << 20) : (std::size_t{1} << 20);
+  return c;
+}
+
+// A model with `bytes` of float parameters and defined gradients.
+std::shared_ptr<torch::nn::Sequential> make_model(std::int64_t bytes) {
+  torch::manual_seed(1);
+  auto m = std::make_shared<torch::nn::Sequential>();
+  if (bytes == big_bytes) {
+    (*m)->push_back(torch::nn::Linear(1024, 1024));
+    (*m)->push_back(torch::nn::Linear(1024, 512));
+    (*m)->push_back(torch::nn::Linear(512, 256));
+    (*m)->push_back(torch::nn::Linear(256, 2));
+  } else {
+    (*m)->push_back(torch::nn::Linear(4, 64));
+    (*m)->push_back(torch::nn::Functional(torch::relu));
+    (*m)->push_back(torch::nn::Linear(64, 64));
+    (*m)->push_back(torch::nn::Functional(torch::relu));
+    (*m)->push_back(torch::nn::Linear(64, 2));
+  }
+  for (auto& p : (*m)->parameters())
+    p.mutable_grad() = torch::randn_like(p);
+  return m;
+}
+
+std::int64_t model_bytes(torch::nn::Module& m) {
+  std::int64_t n = 0;
+  for (auto& p : m.parameters())
+    n += p.numel() * static_cast<std::int64_t>(p.element_size());
+  return n;
+}
+
+// Runs one command; both ranks do the same.
+bool run(rank_state& s, const command& c) {
+  if (c.kind == 0) {
+    auto& m = s.model(c.bytes);
+    for (std::int64_t i = 0; i < c.iterations; ++i)
+      if (auto err = s.groups[static_cast<std::size_t>(c.mode)]
+                       .all_reduce_gradients(m)) {
+        std::fprintf(stderr, "all-reduce: %s\n", dice::render(err).c_str());
+        return false;
+      }
+    return true;
+  }
+  for (std::int64_t i = 0; i < c.iterations; ++i)
+    if (!s.link->exchange(s.out.data(), s.in.data(),
+                          static_cast<std::size_t>(c.bytes)))
+      return false;
+  return true;
+}
+
+int peer_main(int control) {
+  torch::set_num_threads(1);
+  rank_state s;
+  s.control = control;
+  s.big = make_model(big_bytes);
+  s.dqn = make_model(dqn_bytes);
+  s.out.assign(static_cast<std::size_t>(big_bytes), 1);
+  s.in.assign(static_cast<std::size_t>(big_bytes), 0);
+  std::uint16_t ports[mode_count + 1];
+  if (!recv_all(control, ports, sizeof(ports)))
+    return 1;
+  for (int m = 0; m < mode_count; ++m) {
+    auto c = mode_config(m);
+    c.rank = 1;
+    c.store_port = ports[m];
+    auto g = dice::learner_group::form(c);
+    if (!g) {
+      std::fprintf(stderr, "peer: %s\n", dice::render(g.error()).c_str());
+      return 2;
+    }
+    s.groups.push_back(std::move(*g));
+  }
+  s.data = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(ports[mode_count]);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(s.data, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0)
+    return 3;
+  tune(s.data);
+  s.link = std::make_unique<duplex>(s.data);
+  for (;;) {
+    command c;
+    if (!recv_all(control, &c, sizeof(c)) || c.kind == 2)
+      return 0;
+    char ok = run(s, c) ? 1 : 0;
+    if (!send_all(control, &ok, 1))
+      return 4;
+  }
+}
+
+bool setup_rank0(rank_state& s) {
+  torch::set_num_threads(1);
+  s.big = make_model(big_bytes);
+  s.dqn = make_model(dqn_bytes);
+  s.out.assign(static_cast<std::size_t>(big_bytes), 2);
+  s.in.assign(static_cast<std::size_t>(big_bytes), 0);
+  std::uint16_t ports[mode_count + 1];
+  for (int m = 0; m < mode_count; ++m) {
+    auto g = dice::learner_group::create(mode_config(m));
+    if (!g)
+      return false;
+    ports[m] = g->store_port();
+    s.groups.push_back(std::move(*g));
+  }
+  int ls = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(ls, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  ::getsockname(ls, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::listen(ls, 1);
+  ports[mode_count] = ntohs(addr.sin_port);
+  if (!send_all(s.control, ports, sizeof(ports)))
+    return false;
+  for (auto& g : s.groups)
+    if (auto err = g.join()) {
+      std::fprintf(stderr, "rank 0: %s\n", dice::render(err).c_str());
+      return false;
+    }
+  s.data = ::accept(ls, nullptr, nullptr);
+  ::close(ls);
+  tune(s.data);
+  s.link = std::make_unique<duplex>(s.data);
+  return s.data >= 0;
+}
+
+} // namespace dice::bench::allreduce

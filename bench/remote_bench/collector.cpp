@@ -1,0 +1,108 @@
+// remote_bench collector: the learner's peer process in the snapshot and
+// context modes.
+
+#include "dice/actors/router.hpp"
+#include "dice/messages/context_delta.hpp"
+#include "dice/messages/payload.hpp"
+#include "dice/net/data_plane.hpp"
+
+#include "caf/actor_system.hpp"
+#include "caf/event_based_actor.hpp"
+#include "caf/scoped_actor.hpp"
+
+#include "remote_bench.hpp"
+#include <unistd.h>
+
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace dice::bench::remote {
+
+// A collector node: answers each snapshot with an ack, or streams context.
+int collector_main(int argc, char** argv) {
+  config cfg;
+  caf::actor_system sys{cfg};
+  auto node = static_cast<std::uint32_t>(num(argc, argv, "node", 1));
+  auto mode = arg(argc, argv, "mode", "snapshot");
+  auto path = arg(argc, argv, "path", "");
+  dice::router_actor router;
+  std::optional<dice::node> dn;
+  if (!path.empty()) {
+    // A dice node (dialer, preamble, data plane unless --path basp).
+    auto n = dice::node::start(sys, node_settings(node, false, path));
+    if (!n)
+      _exit(4);
+    dn = std::move(*n);
+    router = dn->router();
+    if (dn->data_plane())
+      dn->data_plane()->set_same_host(path == "shm");
+  } else {
+    dice::router_config bc;
+    bc.node = node;
+    router = sys.spawn(dice::router_behavior, bc);
+  }
+  caf::scoped_actor self{sys};
+  auto ack_topic = std::string{"ack"};
+  if (mode == "snapshot") {
+    auto member = sys.spawn([=](caf::event_based_actor* me) -> caf::behavior {
+      return {[](const dice::peer_event&) {},
+              [=](const std::string&, const dice::model_snapshot& x) {
+                dice::context_delta d;
+                d.sender = node;
+                d.seq = static_cast<std::uint64_t>(x.version);
+                me->send(router, dice::publish_atom::value, ack_topic, node,
+                         caf::make_message(ack_topic, d));
+              }};
+    });
+    self->send(router, dice::join_atom::value, node, dice::role_set{}, member,
+               std::vector<std::string>{"model"});
+    self->receive([](const std::vector<dice::finish>&) {});
+    self->send(router, dice::attach_atom::value, std::string{"127.0.0.1"},
+               static_cast<std::uint16_t>(num(argc, argv, "port", 0)));
+    for (;;)
+      std::this_thread::sleep_for(1h); // until the learner's SIGTERM
+  }
+  // context: stream deltas of `batch` transitions, at most `window` in
+  // flight (the learner acks each delta).
+  auto obs = num(argc, argv, "obs", 4);
+  auto batch = num(argc, argv, "batch", 1000);
+  auto window = num(argc, argv, "window", 8);
+  // One transition: obs, next_obs, action, reward, done as floats.
+  std::vector<float> items(static_cast<std::size_t>(batch * (2 * obs + 3)),
+                           0.5f);
+  auto p = dice::pack(items, node);
+  p.count = static_cast<std::uint64_t>(batch);
+  self->send(router, dice::join_atom::value, node, dice::role_set{},
+             caf::actor{self}, std::vector<std::string>{ack_topic});
+  self->receive([](const std::vector<dice::finish>&) {});
+  self->send(router, dice::attach_atom::value, std::string{"127.0.0.1"},
+             static_cast<std::uint16_t>(num(argc, argv, "port", 0)));
+  self->request(router, 30s, dice::peers_atom::value, std::uint32_t{1})
+    .receive([](std::uint32_t) {},
+             [](caf::error&) {
+               _exit(2);
+             });
+  auto topic = std::string{"context_exchanger_collector"};
+  std::uint64_t seq = 0;
+  long in_flight = 0;
+  for (;;) {
+    while (in_flight < window) {
+      dice::context_delta d;
+      d.sender = node;
+      d.seq = ++seq;
+      d.env_step = batch;
+      d.trajectories = {p};
+      self->send(router, dice::publish_atom::value, topic, node,
+                 caf::make_message(topic, std::move(d)));
+      ++in_flight;
+    }
+    self->receive([&](const std::string&, const dice::context_delta& a) {
+      if (a.sender == node)
+        --in_flight;
+    });
+  }
+}
+
+} // namespace dice::bench::remote

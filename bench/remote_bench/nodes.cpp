@@ -1,0 +1,83 @@
+// What the modes that run dice nodes share.
+
+#include "dice/process/spawn.hpp"
+#include "dice/type_ids.hpp"
+
+#include "caf/io/middleman.hpp"
+#include "caf/openssl/manager.hpp"
+
+#include "remote_bench.hpp"
+#include <sys/wait.h>
+
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+
+namespace dice::bench::remote {
+
+std::string tls_dir;
+
+config::config() {
+  load<caf::io::middleman>();
+  load<caf::openssl::manager>();
+  dice::add_message_types(*this);
+  if (!tls_dir.empty()) {
+    openssl_certificate = tls_dir + "/cert.pem";
+    openssl_key = tls_dir + "/key.pem";
+    openssl_cafile = tls_dir + "/ca.pem";
+  }
+}
+
+dice::node_config node_settings(std::uint32_t id, bool listen,
+                                const std::string& path) {
+  dice::node_config nc;
+  nc.id = id;
+  nc.distributed = true;
+  nc.listen = listen;
+  nc.host = "127.0.0.1";
+  nc.port = 0;
+  nc.peer_loss_timeout = std::chrono::hours{1};
+  nc.data_channel = path != "basp";
+  if (!tls_dir.empty())
+    nc.tls = {tls_dir + "/cert.pem", tls_dir + "/key.pem", tls_dir + "/ca.pem"};
+  return nc;
+}
+
+std::vector<pid_t> fork_collectors(int argc, char** argv, long n,
+                                   std::uint16_t port) {
+  std::vector<pid_t> pids;
+  for (long i = 0; i < n; ++i) {
+    dice::process::spawn_options opts;
+    opts.argv = {"/proc/self/exe",     "collector", "--port",
+                 std::to_string(port), "--node",    std::to_string(i + 1)};
+    for (int j = 2; j < argc; ++j)
+      opts.argv.emplace_back(argv[j]);
+    opts.output = dice::process::capture::none;
+    // Collectors run until the learner's SIGTERM: or until it is gone.
+    opts.death_signal = SIGTERM;
+    auto c = dice::process::spawn(opts);
+    if (c.pid < 0) {
+      std::fprintf(stderr, "remote_bench: cannot start a collector: %s\n",
+                   std::strerror(c.error));
+      continue;
+    }
+    pids.push_back(c.pid);
+  }
+  return pids;
+}
+
+void stop_all(const std::vector<pid_t>& pids) {
+  for (auto p : pids)
+    ::kill(p, SIGTERM);
+  for (auto p : pids)
+    ::waitpid(p, nullptr, 0);
+}
+
+dice::model_snapshot make_snapshot(long size) {
+  std::vector<std::uint8_t> bytes(static_cast<std::size_t>(size), 3);
+  dice::snapshot_builder b{dice::snapshot_builder::padded(bytes.size())};
+  b.add("w", dice::dtype::uint8, {size}, bytes.data(), bytes.size());
+  return b.build(0, 1, 0, 0);
+}
+
+} // namespace dice::bench::remote

@@ -1,0 +1,72 @@
+#pragma once
+
+// What remote_bench's modes share (main.cpp says what each mode does): the
+// options, the nodes' settings and the collector processes.
+
+#include "dice/messages/model_snapshot.hpp"
+#include "dice/runtime/node.hpp"
+
+#include "caf/actor_system_config.hpp"
+
+#include "bench_options.hpp"
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace dice::bench::remote {
+
+using clk = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+/// --tls DIR (empty: no TLS).
+extern std::string tls_dir;
+
+/// The value of `--name` after the mode, or `fallback`.
+inline std::string arg(int argc, char** argv, const std::string& name,
+                       const std::string& fallback) {
+  return dice::bench::option(argc, argv, 2, name, fallback);
+}
+
+/// The number after `--name`, or `fallback`.
+inline long num(int argc, char** argv, const std::string& name, long fallback) {
+  return std::stol(arg(argc, argv, name, std::to_string(fallback)));
+}
+
+using dice::bench::print_json;
+
+/// `d` in seconds.
+inline double secs(clk::duration d) {
+  return std::chrono::duration<double>(d).count();
+}
+
+/// An actor system with the middleman, OpenSSL (with --tls) and dice's types.
+struct config : caf::actor_system_config {
+  config();
+};
+
+/// Settings of a bench node on loopback.
+dice::node_config node_settings(std::uint32_t id, bool listen,
+                                const std::string& path);
+
+/// Starts `n` collector processes (this binary, mode collector, with the
+/// parent's options) that attach to `port`.
+std::vector<pid_t> fork_collectors(int argc, char** argv, long n,
+                                   std::uint16_t port);
+
+/// Ends the collectors and waits for them.
+void stop_all(const std::vector<pid_t>& pids);
+
+/// A snapshot of one uint8 tensor of `size` bytes.
+dice::model_snapshot make_snapshot(long size);
+
+/// The modes: each returns the process's exit code.
+int tcp_main(long size, long rounds);
+int snapshot_main(int argc, char** argv);
+int context_main(int argc, char** argv);
+int collector_main(int argc, char** argv);
+int publisher_main(int argc, char** argv);
+
+} // namespace dice::bench::remote

@@ -1,0 +1,113 @@
+// remote_bench snapshot: the learner publishes model snapshots to N
+// collector processes and times each round until every collector acked.
+
+#include "dice/actors/router.hpp"
+#include "dice/messages/context_delta.hpp"
+#include "dice/net/data_plane.hpp"
+
+#include "caf/actor_system.hpp"
+#include "caf/scoped_actor.hpp"
+
+#include "remote_bench.hpp"
+
+#include <algorithm>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace dice::bench::remote {
+
+int snapshot_main(int argc, char** argv) {
+  auto n = num(argc, argv, "collectors", 1);
+  auto size = num(argc, argv, "size", 6'800'000);
+  auto rounds = num(argc, argv, "rounds", 10);
+  auto path = arg(argc, argv, "path", "data");
+  config cfg;
+  caf::actor_system sys{cfg};
+  // The learner is a dice node listening on an ephemeral port.
+  std::cout.setstate(std::ios::failbit); // its "listening on" line
+  auto dn = dice::node::start(sys, node_settings(0, true, path));
+  std::cout.clear();
+  if (!dn)
+    return 1;
+  if (dn->data_plane())
+    dn->data_plane()->set_same_host(path == "shm");
+  auto router = dn->router();
+  auto port = std::optional<std::uint16_t>{dn->port()};
+  std::vector<std::string> extra{"--path", path};
+  std::vector<char*> args(argv, argv + argc);
+  for (auto& e : extra)
+    args.push_back(e.data());
+  caf::scoped_actor self{sys};
+  self->send(router, dice::join_atom::value, std::uint32_t{0}, dice::role_set{},
+             caf::actor{self}, std::vector<std::string>{"ack"});
+  self->receive([](const std::vector<dice::finish>&) {});
+  auto pids = fork_collectors(static_cast<int>(args.size()), args.data(), n,
+                              *port);
+  bool ok = true;
+  self
+    ->request(router, 30s, dice::peers_atom::value,
+              static_cast<std::uint32_t>(n))
+    .receive([](std::uint32_t) {},
+             [&](caf::error&) {
+               ok = false;
+             });
+  if (!ok) {
+    stop_all(pids);
+    return 2;
+  }
+  // Every data connection is up before the first round.
+  if (auto& dp = dn->data_plane())
+    for (long i = 0; i < n; ++i)
+      if (!dp->wait_sendable(static_cast<std::uint32_t>(i + 1), 10s)) {
+        stop_all(pids);
+        return 5;
+      }
+  auto stats0 = dice::net::data_stats();
+  auto x = make_snapshot(size);
+  std::vector<double> times;
+  for (long r = 0; r < rounds + 2; ++r) {
+    x.version = r + 1;
+    auto t0 = clk::now();
+    self->send(router, dice::publish_atom::value, std::string{"model"},
+               std::uint32_t{0}, caf::make_message(std::string{"model"}, x));
+    long acks = 0;
+    while (acks < n) {
+      bool timeout = false;
+      self->receive(
+        [&](const std::string&, const dice::context_delta& d) {
+          if (d.seq == static_cast<std::uint64_t>(x.version))
+            ++acks;
+        },
+        caf::after(30s) >>
+          [&] {
+            timeout = true;
+          });
+      if (timeout) {
+        stop_all(pids);
+        return 3;
+      }
+    }
+    if (r >= 2) // two warm-up rounds
+      times.push_back(secs(clk::now() - t0));
+  }
+  stop_all(pids);
+  auto stats1 = dice::net::data_stats();
+  std::sort(times.begin(), times.end());
+  auto med = times[times.size() / 2];
+  print_json({{"mode", "snapshot"},
+              {"path", path},
+              {"tls", !tls_dir.empty()},
+              {"collectors", n},
+              {"size", size},
+              {"round_s", med},
+              {"bytes_per_s", static_cast<double>(size) * n / med},
+              {"data_transfers", stats1.transfers_sent - stats0.transfers_sent},
+              {"shm_transfers", stats1.shm_sent - stats0.shm_sent},
+              {"fallbacks", stats1.fallbacks - stats0.fallbacks}});
+  dn->stop();
+  return 0;
+}
+
+} // namespace dice::bench::remote
