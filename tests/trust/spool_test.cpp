@@ -5,6 +5,7 @@
 // which incarnation is current.
 
 #include "dice/exchangers/context_exchanger.hpp"
+#include "dice/messages/context_ack.hpp"
 #include "dice/messages/context_delta.hpp"
 #include "dice/security/trust.hpp"
 
@@ -120,12 +121,12 @@ TEST_F(SpoolTest, ALearnerTakesAnOlderIncarnationsDeltasAfterANewerOnes) {
   lopts.learner_timeout = 1s;
   auto l = spawn_role(router, 0, {role::learner}, learner_pipe(1s, lopts), 3);
   start({l});
-  auto acks = std::make_shared<std::vector<context_delta>>();
+  auto acks = std::make_shared<std::vector<context_ack>>();
   auto spy = sys.spawn(
     [acks, router](caf::event_based_actor* self) -> caf::behavior {
       self->send(router, subscribe_atom::value, context_ack_topic(2),
                  std::uint32_t{9}, caf::actor_cast<caf::actor>(self));
-      return {[acks](const std::string&, const context_delta& ack) {
+      return {[acks](const std::string&, const context_ack& ack) {
         acks->push_back(ack);
       }};
     });
@@ -150,7 +151,7 @@ TEST_F(SpoolTest, ALearnerTakesAnOlderIncarnationsDeltasAfterANewerOnes) {
   advance(1s);
   bool acked_old = false;
   for (auto& a : *acks)
-    acked_old |= a.incarnation == 10 && a.seq == 5;
+    acked_old |= a.incarnation == 10 && a.upto == 5;
   EXPECT_TRUE(acked_old) << acks->size() << " acks";
   publish(router, topic, 2, delta(20, 2, 1));
   EXPECT_EQ(lopts.partition->watermark(2), (mark{20, 2}));
