@@ -30,7 +30,6 @@ data_counters data_stats() noexcept {
   x.shm_sent = c.shm_sent.load();
   x.shm_received = c.shm_received.load();
   x.segments_open = open_segments();
-  x.segments_mapped = mapped_segments();
   return x;
 }
 

@@ -35,8 +35,8 @@ struct shm_segment {
 std::shared_ptr<shm_segment> make_segment(const std::uint8_t* data,
                                           std::size_t n);
 
-/// Maps a segment of process `pid` (private, copy-on-write: no copy of the
-/// bytes); fails unless it is sealed and its header matches `tag` and `size`.
+/// Reads a segment of process `pid`; fails unless it is sealed and its
+/// header matches `tag` and `size`.
 caf::expected<writable_bytes> read_segment(pid_t pid, int fd, std::uint64_t tag,
                                            std::uint64_t size);
 
@@ -58,9 +58,5 @@ bool check_probe(pid_t pid, int fd, const std::string& token);
 
 /// Open segments of this process (for tests: reclaimed on receipt or loss).
 std::uint64_t open_segments() noexcept;
-
-/// Peers' segments this process maps (each unmapped with the last owner of
-/// its bytes).
-std::uint64_t mapped_segments() noexcept;
 
 } // namespace dice::net

@@ -32,12 +32,6 @@ class writable_bytes {
   /// `n` uninitialized bytes, 64-byte aligned (throws std::bad_alloc).
   explicit writable_bytes(std::size_t n);
 
-  /// Adopts `n` bytes that `owner` keeps alive (and frees with its deleter),
-  /// e.g. a private mapping of a sealed same-host segment.
-  writable_bytes(std::shared_ptr<std::uint8_t> owner, std::size_t n) noexcept
-    : ptr_(std::move(owner)), size_(owner_size(ptr_, n)) {
-  }
-
   /// Takes the bytes; `other` is empty afterwards.
   writable_bytes(writable_bytes&& other) noexcept
     : ptr_(std::move(other.ptr_)), size_(other.size_) {
@@ -79,11 +73,6 @@ class writable_bytes {
   }
 
  private:
-  static std::size_t owner_size(const std::shared_ptr<std::uint8_t>& p,
-                                std::size_t n) noexcept {
-    return p ? n : 0;
-  }
-
   friend class shared_bytes;
   std::shared_ptr<std::uint8_t> ptr_;
   std::size_t size_ = 0;

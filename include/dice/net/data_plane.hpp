@@ -127,9 +127,6 @@ struct basic_data_counters {
   T shm_received{};
   /// Same-host segments this process holds open now.
   T segments_open{};
-  /// Peers' same-host segments this process maps now (a received snapshot's
-  /// bytes; unmapped when its last handle goes).
-  T segments_mapped{};
 };
 
 /// What `data_stats()` returns.
