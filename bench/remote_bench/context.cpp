@@ -33,24 +33,11 @@ int context_main(int argc, char** argv) {
   self->send(router, dice::join_atom::value, std::uint32_t{0}, dice::role_set{},
              caf::actor{self}, std::vector<std::string>{topic});
   self->receive([](const std::vector<dice::finish>&) {});
-  std::vector<std::string> extra{"--mode", "context"};
-  std::vector<char*> args(argv, argv + argc);
-  for (auto& e : extra)
-    args.push_back(e.data());
-  auto pids = fork_collectors(static_cast<int>(args.size()), args.data(), n,
-                              *port);
-  bool ok = true;
-  self
-    ->request(router, 30s, dice::peers_atom::value,
-              static_cast<std::uint32_t>(n))
-    .receive([](std::uint32_t) {},
-             [&](caf::error&) {
-               ok = false;
-             });
-  if (!ok) {
-    stop_all(pids);
+  auto started = start_collectors(self, router, argc, argv,
+                                  {"--mode", "context"}, n, *port);
+  if (!started)
     return 2;
-  }
+  auto pids = std::move(*started);
   std::uint64_t transitions = 0;
   std::uint64_t bytes = 0;
   auto ack = std::string{"ack"};

@@ -66,6 +66,30 @@ std::vector<pid_t> fork_collectors(int argc, char** argv, long n,
   return pids;
 }
 
+std::optional<std::vector<pid_t>>
+start_collectors(caf::scoped_actor& self, const dice::router_actor& router,
+                 int argc, char** argv, std::vector<std::string> extra, long n,
+                 std::uint16_t port) {
+  std::vector<char*> args(argv, argv + argc);
+  for (auto& e : extra)
+    args.push_back(e.data());
+  auto pids = fork_collectors(static_cast<int>(args.size()), args.data(), n,
+                              port);
+  bool ok = true;
+  self
+    ->request(router, std::chrono::seconds{30}, dice::peers_atom::value,
+              static_cast<std::uint32_t>(n))
+    .receive([](std::uint32_t) {},
+             [&](caf::error&) {
+               ok = false;
+             });
+  if (!ok) {
+    stop_all(pids);
+    return std::nullopt;
+  }
+  return pids;
+}
+
 void stop_all(const std::vector<pid_t>& pids) {
   for (auto p : pids)
     ::kill(p, SIGTERM);

@@ -7,12 +7,14 @@
 #include "dice/runtime/node.hpp"
 
 #include "caf/actor_system_config.hpp"
+#include "caf/scoped_actor.hpp"
 
 #include "bench_options.hpp"
 #include <sys/types.h>
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -55,6 +57,14 @@ dice::node_config node_settings(std::uint32_t id, bool listen,
 /// parent's options) that attach to `port`.
 std::vector<pid_t> fork_collectors(int argc, char** argv, long n,
                                    std::uint16_t port);
+
+/// Starts `n` collectors with the parent's options plus `extra` and waits up
+/// to 30 s until `router` has them as peers; none (and none left running) if
+/// they did not all come.
+std::optional<std::vector<pid_t>>
+start_collectors(caf::scoped_actor& self, const dice::router_actor& router,
+                 int argc, char** argv, std::vector<std::string> extra, long n,
+                 std::uint16_t port);
 
 /// Ends the collectors and waits for them.
 void stop_all(const std::vector<pid_t>& pids);

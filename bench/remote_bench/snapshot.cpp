@@ -35,28 +35,15 @@ int snapshot_main(int argc, char** argv) {
     dn->data_plane()->set_same_host(path == "shm");
   auto router = dn->router();
   auto port = std::optional<std::uint16_t>{dn->port()};
-  std::vector<std::string> extra{"--path", path};
-  std::vector<char*> args(argv, argv + argc);
-  for (auto& e : extra)
-    args.push_back(e.data());
   caf::scoped_actor self{sys};
   self->send(router, dice::join_atom::value, std::uint32_t{0}, dice::role_set{},
              caf::actor{self}, std::vector<std::string>{"ack"});
   self->receive([](const std::vector<dice::finish>&) {});
-  auto pids = fork_collectors(static_cast<int>(args.size()), args.data(), n,
-                              *port);
-  bool ok = true;
-  self
-    ->request(router, 30s, dice::peers_atom::value,
-              static_cast<std::uint32_t>(n))
-    .receive([](std::uint32_t) {},
-             [&](caf::error&) {
-               ok = false;
-             });
-  if (!ok) {
-    stop_all(pids);
+  auto started = start_collectors(self, router, argc, argv, {"--path", path}, n,
+                                  *port);
+  if (!started)
     return 2;
-  }
+  auto pids = std::move(*started);
   // Every data connection is up before the first round.
   if (auto& dp = dn->data_plane())
     for (long i = 0; i < n; ++i)
