@@ -26,8 +26,8 @@ std::string context_ack_topic(std::uint32_t collector) {
 
 namespace {
 
-struct exchanger_state {
-  exchanger_state(const context_exchanger_options& x,
+struct context_exchanger_state {
+  context_exchanger_state(const context_exchanger_options& x,
                   std::shared_ptr<context_exchange_stats> s)
     : opts(x), stats(std::move(s)), delivery(x, stats) {
     // nop
@@ -273,7 +273,7 @@ struct exchanger_state {
 middleware context_exchanger(context_exchanger_options opts) {
   auto stats = opts.stats ? opts.stats
                           : std::make_shared<context_exchange_stats>();
-  auto st = std::make_shared<exchanger_state>(opts, stats);
+  auto st = std::make_shared<context_exchanger_state>(opts, stats);
   middleware result;
   result.name = "context_exchanger";
   result.attach = [st](node_services& svc) {
@@ -293,7 +293,7 @@ middleware context_exchanger(context_exchanger_options opts) {
     st->active = true;
     st->delivery.attach(svc, st->roles, true);
     if (auto& p = st->opts.partition) {
-      std::weak_ptr<exchanger_state> weak = st;
+      std::weak_ptr<context_exchanger_state> weak = st;
       p->ack_now = [weak] {
         if (auto s = weak.lock())
           s->delivery.ack_merged();

@@ -13,7 +13,7 @@ namespace dice {
 
 namespace {
 
-struct exchanger_state {
+struct model_exchanger_state {
   model_port_ptr model;
   model_exchanger_options opts;
   node_services* svc = nullptr;
@@ -52,7 +52,7 @@ struct exchanger_state {
 } // namespace
 
 middleware model_exchanger(model_port_ptr model, model_exchanger_options opts) {
-  auto st = std::make_shared<exchanger_state>();
+  auto st = std::make_shared<model_exchanger_state>();
   st->model = std::move(model);
   st->opts = opts;
   middleware result;

@@ -24,7 +24,7 @@ caf::expected<exchange_mode> parse_exchange_mode(std::string_view str) {
 
 namespace {
 
-struct exchanger_state {
+struct periodical_exchanger_state {
   model_port_ptr model;
   periodical_model_exchanger_options opts;
   node_services* svc = nullptr;
@@ -99,7 +99,7 @@ struct exchanger_state {
 
 middleware periodical_model_exchanger(model_port_ptr model,
                                       periodical_model_exchanger_options opts) {
-  auto st = std::make_shared<exchanger_state>();
+  auto st = std::make_shared<periodical_exchanger_state>();
   st->model = std::move(model);
   if (opts.period < 1)
     opts.period = 1;

@@ -136,8 +136,9 @@ class Reconnect : public ::testing::Test {
   /// A late collector ends the run; every node must exit 0 and the learner
   /// must have counted exactly what the collectors sent.
   void end_run_exactly(const std::string& fault) {
-    c3.emplace(node_args(
-      3, "10s", {attach, "--dice.roles=collector", "--collector-steps=10"}));
+    c3.emplace(node_args(3, "10s",
+                         {attach, "--dice.roles=collector",
+                          "--collector-steps=10", "--trace"}));
     for (auto* p : {&*c3, &*c1, &*c2, &*learner}) {
       auto rc = p->wait_exit(60s);
       ASSERT_TRUE(rc) << "a node did not stop\n" << p->text();
@@ -148,7 +149,19 @@ class Reconnect : public ::testing::Test {
     std::cout << fault << ": collectors sent " << env_step(*c1) << " + "
               << env_step(*c2) << " + " << env_step(*c3) << " = " << sent
               << " transitions, the learner received " << received << std::endl;
-    EXPECT_EQ(received, sent) << learner->text();
+    EXPECT_EQ(received, sent)
+      << "learner:\n" << learner->text() << "\nlate collector 3:\n"
+      << c3->text() << "\ncollector 1 (last lines):\n" << tail(*c1)
+      << "\ncollector 2 (last lines):\n" << tail(*c2);
+  }
+
+  /// The last lines `p` wrote (a --trace collector writes thousands).
+  static std::string tail(const process& p, std::size_t n = 40) {
+    auto lines = p.lines();
+    std::string result;
+    for (auto i = lines.size() > n ? lines.size() - n : 0; i < lines.size(); ++i)
+      result += lines[i] + "\n";
+    return result;
   }
 
   std::optional<process> learner;
