@@ -53,6 +53,13 @@ struct config : caf::actor_system_config {
 dice::node_config node_settings(std::uint32_t id, bool listen,
                                 const std::string& path);
 
+/// This process's dice node as dice runs it (dialer, preamble, data plane
+/// unless `path` is "basp"; the same-host shortcut only for "shm"): the
+/// learner listens on an ephemeral port behind dice's listener, a collector
+/// attaches. Every node mode starts its node here; none if it failed.
+std::optional<dice::node> start_node(caf::actor_system& sys, std::uint32_t id,
+                                     bool listen, const std::string& path);
+
 /// Starts `n` collector processes (this binary, mode collector, with the
 /// parent's options) that attach to `port`.
 std::vector<pid_t> fork_collectors(int argc, char** argv, long n,

@@ -11,7 +11,6 @@
 #include "remote_bench.hpp"
 
 #include <algorithm>
-#include <iostream>
 #include <optional>
 #include <string>
 #include <vector>
@@ -26,21 +25,16 @@ int snapshot_main(int argc, char** argv) {
   config cfg;
   caf::actor_system sys{cfg};
   // The learner is a dice node listening on an ephemeral port.
-  std::cout.setstate(std::ios::failbit); // its "listening on" line
-  auto dn = dice::node::start(sys, node_settings(0, true, path));
-  std::cout.clear();
+  auto dn = start_node(sys, 0, true, path);
   if (!dn)
     return 1;
-  if (dn->data_plane())
-    dn->data_plane()->set_same_host(path == "shm");
   auto router = dn->router();
-  auto port = std::optional<std::uint16_t>{dn->port()};
   caf::scoped_actor self{sys};
   self->send(router, dice::join_atom::value, std::uint32_t{0}, dice::role_set{},
              caf::actor{self}, std::vector<std::string>{"ack"});
   self->receive([](const std::vector<dice::finish>&) {});
   auto started = start_collectors(self, router, argc, argv, {"--path", path}, n,
-                                  *port);
+                                  dn->port());
   if (!started)
     return 2;
   auto pids = std::move(*started);
