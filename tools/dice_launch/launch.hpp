@@ -41,6 +41,9 @@ extern volatile std::sig_atomic_t last_signal;
 struct child {
   std::uint32_t id = 0;
   std::uint16_t port = 0;
+  /// The node's listening socket, bound by the launcher and passed to every
+  /// incarnation as its fd 3 (-1: none).
+  int listen_fd = -1;
   pid_t pid = -1;
   int out_fd = -1;
   int err_fd = -1;
@@ -69,7 +72,6 @@ struct options {
   std::string attach_to;
   /// Address every node listens on and is reached at.
   std::string host = "127.0.0.1";
-  double startup_timeout = 60;
   /// Restarts per node after a non-zero exit or a signal (0: none).
   std::uint32_t max_restarts = 0;
   /// Wait before a node's first restart; doubles per restart, at most 30 s.
@@ -97,6 +99,14 @@ struct run_state {
 [[noreturn]] void usage(const std::string& why);
 /// The launcher's options; exits through `usage` on bad ones.
 options parse(int argc, char** argv);
+
+// -- ports (ports.cpp)
+// ---------------------------------------------------------
+
+/// A listening socket on host:port (0: any free port; `bound` gets the
+/// port), O_CLOEXEC; -1 and `why` on failure.
+int listen_on(const std::string& host, std::uint16_t port, std::uint16_t& bound,
+              std::string& why);
 
 // -- output relay (relay.cpp) -------------------------------------------------
 
