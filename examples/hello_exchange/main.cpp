@@ -162,6 +162,19 @@ dice::middleware train(mlp net, std::uint32_t node, bool trace = false) {
   return m;
 }
 
+/// Evaluator: nothing to evaluate here; with --trace it logs each iteration
+/// (bench/startup reads the first to time the start-up).
+dice::middleware evaluate(std::uint32_t node, bool trace) {
+  auto m = dice::void_middleware("evaluate");
+  if (trace)
+    m.before = [node](dice::context& ctx) -> dice::step {
+      dice::log::info(node,
+                      "evaluate iteration " + std::to_string(ctx.total_step));
+      return dice::proceed;
+    };
+  return m;
+}
+
 struct config : dice::node_system_config {
   std::int64_t steps = 20;
   std::uint32_t collectors = 2;
@@ -228,7 +241,7 @@ int run_node(caf::actor_system& sys, const config& cfg,
     else if (roles.has(dice::role::collector))
       p.use(collect(net, id, cfg.trace));
     else
-      p.use(dice::void_middleware("evaluate"));
+      p.use(evaluate(id, cfg.trace));
     return p;
   };
   dice::node_run_options opts;
