@@ -76,6 +76,15 @@ start_collectors(caf::scoped_actor& self, const dice::router_actor& router,
 /// Ends the collectors and waits for them.
 void stop_all(const std::vector<pid_t>& pids);
 
+/// Payload bytes over TCP (acked by the peer / received).
+struct socket_bytes {
+  std::uint64_t sent = 0;
+  std::uint64_t received = 0;
+};
+
+/// The sum over this process's open TCP sockets (sockets.cpp).
+socket_bytes tcp_bytes();
+
 /// A snapshot of one uint8 tensor of `size` bytes.
 dice::model_snapshot make_snapshot(long size);
 

@@ -45,9 +45,10 @@ int snapshot_main(int argc, char** argv) {
         stop_all(pids);
         return 5;
       }
-  auto stats0 = dice::net::data_stats();
   auto x = make_snapshot(size);
   std::vector<double> times;
+  auto stats0 = dice::net::data_stats();
+  auto tcp0 = tcp_bytes();
   for (long r = 0; r < rounds + 2; ++r) {
     x.version = r + 1;
     auto t0 = clk::now();
@@ -73,8 +74,12 @@ int snapshot_main(int argc, char** argv) {
     if (r >= 2) // two warm-up rounds
       times.push_back(secs(clk::now() - t0));
   }
+  // Every collector acked the last round: its bytes are acked by now too.
+  auto tcp1 = tcp_bytes();
   stop_all(pids);
   auto stats1 = dice::net::data_stats();
+  // Per collector and round, both directions (the acks come back).
+  auto per = static_cast<double>(n * (rounds + 2));
   std::sort(times.begin(), times.end());
   auto med = times[times.size() / 2];
   print_json({{"mode", "snapshot"},
@@ -86,7 +91,11 @@ int snapshot_main(int argc, char** argv) {
               {"bytes_per_s", static_cast<double>(size) * n / med},
               {"data_transfers", stats1.transfers_sent - stats0.transfers_sent},
               {"shm_transfers", stats1.shm_sent - stats0.shm_sent},
-              {"fallbacks", stats1.fallbacks - stats0.fallbacks}});
+              {"fallbacks", stats1.fallbacks - stats0.fallbacks},
+              {"socket_bytes_out_per_collector_round",
+               static_cast<double>(tcp1.sent - tcp0.sent) / per},
+              {"socket_bytes_in_per_collector_round",
+               static_cast<double>(tcp1.received - tcp0.received) / per}});
   dn->stop();
   return 0;
 }
