@@ -222,7 +222,8 @@ int main(int argc, char** argv) {
       args.push_back("--dice.learners=" + std::to_string(opts.learners));
     args.push_back("--dice.topology=" + opts.topology);
     args.push_back("--dice.host=" + opts.host);
-    args.push_back("--dice.port=" + std::to_string(c.port));
+    if (!opts.ports.empty())
+      args.push_back("--dice.port=" + std::to_string(opts.ports[i]));
     args.push_back("--dice.listen-fd=3");
     if (!attach.empty())
       args.push_back("--dice.attach-to=" + attach);
