@@ -88,17 +88,10 @@ child spawn(const spawn_options& opts) {
       &actions, opts.output == capture::merged ? out[1] : err[1],
       STDERR_FILENO);
   }
-  // The passed fd as the child's fd 3. dup2 onto itself would keep
-  // O_CLOEXEC, so one that is already 3 is copied elsewhere first.
-  int passed = -1;
-  if (opts.pass_fd >= 0) {
-    passed = opts.pass_fd == 3 ? ::fcntl(3, F_DUPFD_CLOEXEC, 4) : opts.pass_fd;
-    if (passed < 0) {
-      posix_spawn_file_actions_destroy(&actions);
-      return fail(errno);
-    }
-    posix_spawn_file_actions_adddup2(&actions, passed, 3);
-  }
+  // The passed fd as the child's fd 3 (glibc's adddup2 clears O_CLOEXEC,
+  // also when the fd is 3 already: Spawn.ThePassedFdIsTheChildsFdThree...).
+  if (opts.pass_fd >= 0)
+    posix_spawn_file_actions_adddup2(&actions, opts.pass_fd, 3);
   posix_spawnattr_t attr;
   posix_spawnattr_init(&attr);
   // A fresh program expects default signal handling: the parent may block
@@ -131,8 +124,6 @@ child spawn(const spawn_options& opts) {
                            envp.data());
   posix_spawn_file_actions_destroy(&actions);
   posix_spawnattr_destroy(&attr);
-  if (passed >= 0 && passed != opts.pass_fd)
-    ::close(passed);
   if (rc != 0)
     return fail(rc);
   if (out[1] >= 0)
