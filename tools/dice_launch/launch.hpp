@@ -2,6 +2,7 @@
 // (supervise.cpp), output relay (relay.cpp) and main (main.cpp) share.
 #pragma once
 
+#include "dice/process/fork_server.hpp"
 #include "dice/process/spawn.hpp"
 
 #include <fcntl.h>
@@ -36,6 +37,8 @@ extern volatile std::sig_atomic_t signals_seen;
 extern bool finish_seen;
 // The last signal received.
 extern volatile std::sig_atomic_t last_signal;
+// With --fork-server: the server every node is forked from (empty: spawn).
+extern std::optional<dice::process::fork_client> forks;
 
 /// One child process and its output pipes.
 struct child {
@@ -79,6 +82,9 @@ struct options {
   /// After SIGINT/SIGTERM, kill what is still running after this long.
   double stop_timeout = 10;
   std::vector<std::string> command;
+  /// Fork every node from one instance of the program that loaded its
+  /// libraries once (dice::process::fork_client); DICE_MAIN programs only.
+  bool fork_server = false;
   /// Trust settings every node gets (cluster secret, TLS files).
   std::vector<std::string> pass_through;
 };

@@ -45,6 +45,7 @@ namespace dice_launch {
 volatile std::sig_atomic_t signals_seen = 0;
 bool finish_seen = false;
 volatile std::sig_atomic_t last_signal = 0;
+std::optional<dice::process::fork_client> forks;
 
 namespace {
 
@@ -179,6 +180,19 @@ int main(int argc, char** argv) {
               << spool.dir << " (removed at exit)" << std::endl;
   }
   auto t0 = clock_type::now();
+  if (opts.fork_server) {
+    forks = dice::process::fork_client::start(opts.command.front(),
+                                              std::chrono::seconds{60});
+    if (!forks)
+      std::cerr << "[dice-launch] " << opts.command.front()
+                << " did not start as a fork server (not a DICE_MAIN "
+                   "program?): starting every node on its own"
+                << std::endl;
+    else
+      std::cerr << "[dice-launch] nodes are forked from one instance of "
+                << opts.command.front() << " (fork server pid " << forks->pid()
+                << ")" << std::endl;
+  }
   std::vector<child> children(opts.workers);
   run_state run;
   int forwarded = 0;
@@ -282,6 +296,8 @@ int main(int argc, char** argv) {
   for (auto& c : children)
     if (c.listen_fd >= 0)
       ::close(c.listen_fd);
+  if (forks)
+    forks->stop();
   secret.remove();
   spool.remove();
   int rc = failed ? 1 : 0;
