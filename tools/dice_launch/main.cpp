@@ -3,7 +3,7 @@
 //
 //   dice-launch --workers N [--learners L] [--topology star|mesh|alone]
 //               [--ports P] [--node-ids I[,I...]] [--attach-to host:port,...]
-//               [--host ADDR]
+//               [--host ADDR] [--fork-server]
 //               [--max-restarts N] [--restart-backoff S] [--stop-timeout S]
 //               [--dice.secret-file=F] [--openssl.KEY=V ...] -- PROGRAM ...
 //
@@ -13,7 +13,9 @@
 // learners forming one data-parallel group, docs/learner_group.md). Nodes
 // listen on --host (default 127.0.0.1: loopback only), on a socket the
 // launcher bound before it started any node (ports.cpp; an ephemeral port
-// without --ports) and passes as fd 3, so all nodes start at once.
+// without --ports) and passes as fd 3, so all nodes start at once. With
+// --fork-server the program starts once and every node (and restart) is
+// forked from it (dice::process::fork_client): LibTorch loads once.
 // --dice.secret-file and --openssl.* options go to
 // every node unchanged (one cluster shares its secret and CA); with
 // neither, the launcher writes a fresh random secret to a private
