@@ -12,14 +12,14 @@
 
 #include "dice/runtime/main.hpp"
 
-#include "dice/exchangers/context_exchanger.hpp"
-#include "dice/exchangers/learner_hello.hpp"
-#include "dice/runtime/local_cluster.hpp"
-#include "dice/exchangers/model_exchanger.hpp"
-#include "dice/runtime/node.hpp"
 #include "dice/actors/storage_loader.hpp"
 #include "dice/core/errc.hpp"
+#include "dice/exchangers/context_exchanger.hpp"
+#include "dice/exchangers/learner_hello.hpp"
+#include "dice/exchangers/model_exchanger.hpp"
 #include "dice/logging/log.hpp"
+#include "dice/runtime/local_cluster.hpp"
+#include "dice/runtime/node.hpp"
 #include "dice/torch/model.hpp"
 #include "dice/type_ids.hpp"
 
@@ -116,8 +116,8 @@ dice::middleware published_trace(std::uint32_t node) {
   m.after = [node, incarnation](dice::context& ctx) {
     dice::log::info(node,
                     "published iteration " + std::to_string(ctx.total_step)
-                      + " env_step " + std::to_string(ctx.env_step) + " incarnation "
-                      + std::to_string(*incarnation));
+                      + " env_step " + std::to_string(ctx.env_step)
+                      + " incarnation " + std::to_string(*incarnation));
   };
   return m;
 }
