@@ -1,9 +1,9 @@
 #include "dice/net/listener.hpp"
 
-#include "dice/security/auth.hpp"
 #include "dice/core/errc.hpp"
 #include "dice/logging/log.hpp"
 #include "dice/net/socket.hpp"
+#include "dice/security/auth.hpp"
 #include "dice/security/trust.hpp"
 
 #include <fcntl.h>
@@ -43,9 +43,36 @@ struct listener::pending_conn {
   std::string out;
 };
 
+namespace {
+
+// `fd` if it is a listening stream socket, made non-blocking and closed on
+// exec (the node's own children must not inherit it).
+caf::expected<int> adopt_listening(int fd) {
+  int accepting = 0;
+  int type = 0;
+  socklen_t len = sizeof(int);
+  socklen_t len2 = sizeof(int);
+  if (::getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &accepting, &len) != 0
+      || ::getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len2) != 0
+      || accepting != 1 || type != SOCK_STREAM)
+    return make_error(errc::invalid_config,
+                      "fd " + std::to_string(fd)
+                        + " is not a listening stream socket");
+  auto flags = ::fcntl(fd, F_GETFL);
+  if (flags < 0 || ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) != 0
+      || ::fcntl(fd, F_SETFD, FD_CLOEXEC) != 0)
+    return make_error(errc::invalid_config,
+                      "cannot set up fd " + std::to_string(fd) + ": "
+                        + std::strerror(errno));
+  return fd;
+}
+
+} // namespace
+
 caf::expected<std::unique_ptr<listener>> listener::open(listener_config cfg,
                                                         handover_fn fn) {
-  auto fd = listen_tcp(cfg.host, cfg.port);
+  auto fd = cfg.fd >= 0 ? adopt_listening(cfg.fd)
+                        : listen_tcp(cfg.host, cfg.port);
   if (!fd)
     return fd.error();
   std::unique_ptr<listener> result{

@@ -88,6 +88,10 @@ child spawn(const spawn_options& opts) {
       &actions, opts.output == capture::merged ? out[1] : err[1],
       STDERR_FILENO);
   }
+  // The passed fd as the child's fd 3 (glibc's adddup2 clears O_CLOEXEC,
+  // also when the fd is 3 already: Spawn.ThePassedFdIsTheChildsFdThree...).
+  if (opts.pass_fd >= 0)
+    posix_spawn_file_actions_adddup2(&actions, opts.pass_fd, 3);
   posix_spawnattr_t attr;
   posix_spawnattr_init(&attr);
   // A fresh program expects default signal handling: the parent may block

@@ -88,6 +88,7 @@ caf::error node::listen() {
   auto data = data_;
   net::listener_config lc{
     c.id, c.host, c.port, c.secret, c.handshake_timeout, c.max_pending};
+  lc.fd = c.listen_fd;
   // Runs on the listener's thread for each connection that finished the
   // preamble: only then does CAF get the socket.
   auto handover = [&sys, basp, gate, sigs, tls, port, node_id,

@@ -237,6 +237,9 @@ node_system_config::node_system_config() {
     .add(roles, "roles", "roles, e.g. learner (default: by node id)")
     .add(host, "host", "address to listen on (default: all)")
     .add(port, "port", "port to listen on (0: any free port)")
+    .add(listen_fd, "listen-fd",
+         "listen on this inherited socket instead of binding host:port "
+         "(dice-launch passes 3)")
     .add(attach_to, "attach-to", "peers to attach to: host:port,...")
     .add(nodes, "nodes", "addresses of all nodes in order: host:port,...")
     .add(topology, "topology",
@@ -280,6 +283,10 @@ caf::expected<node_config> make_node_config(const node_system_config& cfg) {
   result.connect_timeout = cfg.connect_timeout;
   result.handshake_timeout = cfg.handshake_timeout;
   result.max_pending = cfg.max_pending;
+  if (cfg.listen_fd < -1 || cfg.listen_fd > 1000000)
+    return make_error(errc::invalid_config,
+                      "bad dice.listen-fd " + std::to_string(cfg.listen_fd));
+  result.listen_fd = static_cast<int>(cfg.listen_fd);
   result.insecure = cfg.insecure;
   if (cfg.max_restarts < 0)
     return make_error(errc::invalid_config, "dice.max-restarts is negative");

@@ -26,23 +26,10 @@ int collector_main(int argc, char** argv) {
   caf::actor_system sys{cfg};
   auto node = static_cast<std::uint32_t>(num(argc, argv, "node", 1));
   auto mode = arg(argc, argv, "mode", "snapshot");
-  auto path = arg(argc, argv, "path", "");
-  dice::router_actor router;
-  std::optional<dice::node> dn;
-  if (!path.empty()) {
-    // A dice node (dialer, preamble, data plane unless --path basp).
-    auto n = dice::node::start(sys, node_settings(node, false, path));
-    if (!n)
-      _exit(4);
-    dn = std::move(*n);
-    router = dn->router();
-    if (dn->data_plane())
-      dn->data_plane()->set_same_host(path == "shm");
-  } else {
-    dice::router_config bc;
-    bc.node = node;
-    router = sys.spawn(dice::router_behavior, bc);
-  }
+  auto dn = start_node(sys, node, false, arg(argc, argv, "path", "data"));
+  if (!dn)
+    _exit(4);
+  auto router = dn->router();
   caf::scoped_actor self{sys};
   auto ack_topic = std::string{"ack"};
   if (mode == "snapshot") {
@@ -65,7 +52,7 @@ int collector_main(int argc, char** argv) {
       std::this_thread::sleep_for(1h); // until the learner's SIGTERM
   }
   // context: stream deltas of `batch` transitions, at most `window` in
-  // flight (the learner acks each delta).
+  // flight (the learner acks each delta on "ack<node>").
   auto obs = num(argc, argv, "obs", 4);
   auto batch = num(argc, argv, "batch", 1000);
   auto window = num(argc, argv, "window", 8);
@@ -75,7 +62,8 @@ int collector_main(int argc, char** argv) {
   auto p = dice::pack(items, node);
   p.count = static_cast<std::uint64_t>(batch);
   self->send(router, dice::join_atom::value, node, dice::role_set{},
-             caf::actor{self}, std::vector<std::string>{ack_topic});
+             caf::actor{self},
+             std::vector<std::string>{ack_topic + std::to_string(node)});
   self->receive([](const std::vector<dice::finish>&) {});
   self->send(router, dice::attach_atom::value, std::string{"127.0.0.1"},
              static_cast<std::uint16_t>(num(argc, argv, "port", 0)));
@@ -98,9 +86,8 @@ int collector_main(int argc, char** argv) {
                  caf::make_message(topic, std::move(d)));
       ++in_flight;
     }
-    self->receive([&](const std::string&, const dice::context_delta& a) {
-      if (a.sender == node)
-        --in_flight;
+    self->receive([&](const std::string&, const dice::context_delta&) {
+      --in_flight;
     });
   }
 }

@@ -6,7 +6,6 @@
 #include "dice/messages/payload.hpp"
 
 #include "caf/actor_system.hpp"
-#include "caf/io/middleman.hpp"
 #include "caf/scoped_actor.hpp"
 
 #include "remote_bench.hpp"
@@ -20,33 +19,38 @@ int context_main(int argc, char** argv) {
   auto n = num(argc, argv, "collectors", 3);
   auto obs = num(argc, argv, "obs", 4);
   auto seconds = std::stod(arg(argc, argv, "seconds", "3"));
+  auto path = arg(argc, argv, "path", "data");
   config cfg;
   caf::actor_system sys{cfg};
-  dice::router_config bc;
-  bc.node = 0;
-  auto router = sys.spawn(dice::router_behavior, bc);
-  auto port = sys.middleman().publish(router, 0, "127.0.0.1");
-  if (!port)
+  // The learner listens as in the snapshot mode: behind dice's preamble
+  // (collectors dial with it and refuse anything else).
+  auto dn = start_node(sys, 0, true, path);
+  if (!dn)
     return 1;
+  auto router = dn->router();
   caf::scoped_actor self{sys};
   auto topic = std::string{"context_exchanger_collector"};
   self->send(router, dice::join_atom::value, std::uint32_t{0}, dice::role_set{},
              caf::actor{self}, std::vector<std::string>{topic});
   self->receive([](const std::vector<dice::finish>&) {});
   auto started = start_collectors(self, router, argc, argv,
-                                  {"--mode", "context"}, n, *port);
+                                  {"--mode", "context", "--path", path}, n,
+                                  dn->port());
   if (!started)
     return 2;
   auto pids = std::move(*started);
   std::uint64_t transitions = 0;
   std::uint64_t bytes = 0;
-  auto ack = std::string{"ack"};
   auto handle = [&](const std::string&, const dice::context_delta& d) {
     transitions += dice::item_count(d.trajectories);
     for (auto& p : d.trajectories)
       bytes += p.bytes.size();
+    // Each collector has its own ack topic: a message names the node that
+    // publishes it (the router drops one naming another as forged).
+    auto ack = "ack" + std::to_string(d.sender);
     dice::context_delta a;
-    a.sender = d.sender;
+    a.sender = 0;
+    a.seq = d.seq;
     self->send(router, dice::publish_atom::value, ack, std::uint32_t{0},
                caf::make_message(ack, a));
   };
@@ -71,7 +75,7 @@ int context_main(int argc, char** argv) {
               {"obs", obs},
               {"transitions_per_s", static_cast<double>(transitions) / dt},
               {"bytes_per_s", static_cast<double>(bytes) / dt}});
-  self->send_exit(router, caf::exit_reason::user_shutdown);
+  dn->stop();
   return 0;
 }
 

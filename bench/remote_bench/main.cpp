@@ -8,7 +8,10 @@
 //     socket); P = basp: the data plane off (BASP chunks).
 //     --tls DIR: every node runs TLS with DIR/{cert,key,ca}.pem
 //     (scripts/make-test-certs), on BASP and on data connections alike.
-//   remote_bench context --collectors N --obs K --batch B --seconds T
+//   remote_bench context --collectors N --obs K --batch B --seconds T [--path
+//   P]
+//     nodes as in the snapshot mode (the learner behind dice's listener and
+//     preamble, collectors dialling it), deltas of B transitions of K floats.
 // The parent is the learner; it forks N collector processes (this same
 // binary) that attach to its router on an ephemeral port. One JSON line out.
 //

@@ -1,5 +1,7 @@
 // What the modes that run dice nodes share.
 
+#include "dice/core/errc.hpp"
+#include "dice/net/data_plane.hpp"
 #include "dice/process/spawn.hpp"
 #include "dice/type_ids.hpp"
 
@@ -12,6 +14,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <iostream>
 
 namespace dice::bench::remote {
 
@@ -41,6 +44,24 @@ dice::node_config node_settings(std::uint32_t id, bool listen,
   if (!tls_dir.empty())
     nc.tls = {tls_dir + "/cert.pem", tls_dir + "/key.pem", tls_dir + "/ca.pem"};
   return nc;
+}
+
+std::optional<dice::node> start_node(caf::actor_system& sys, std::uint32_t id,
+                                     bool listen, const std::string& path) {
+  // A listening node prints its "listening on" line for launchers; the
+  // bench's stdout is its one JSON line.
+  if (listen)
+    std::cout.setstate(std::ios::failbit);
+  auto dn = dice::node::start(sys, node_settings(id, listen, path));
+  std::cout.clear();
+  if (!dn) {
+    std::fprintf(stderr, "remote_bench: node %u cannot start: %s\n", id,
+                 dice::render(dn.error()).c_str());
+    return std::nullopt;
+  }
+  if (dn->data_plane())
+    dn->data_plane()->set_same_host(path == "shm");
+  return std::move(*dn);
 }
 
 std::vector<pid_t> fork_collectors(int argc, char** argv, long n,

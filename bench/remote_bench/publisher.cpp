@@ -23,11 +23,9 @@ int publisher_main(int argc, char** argv) {
   caf::actor_system sys{cfg};
   auto node = static_cast<std::uint32_t>(num(argc, argv, "node", 1));
   auto path = arg(argc, argv, "path", "shm");
-  auto dn = dice::node::start(sys, node_settings(node, false, path));
+  auto dn = start_node(sys, node, false, path);
   if (!dn)
     return 4;
-  if (dn->data_plane())
-    dn->data_plane()->set_same_host(path == "shm");
   auto router = dn->router();
   caf::scoped_actor self{sys};
   self->send(router, dice::join_atom::value, node, dice::role_set{},

@@ -53,6 +53,13 @@ struct config : caf::actor_system_config {
 dice::node_config node_settings(std::uint32_t id, bool listen,
                                 const std::string& path);
 
+/// This process's dice node as dice runs it (dialer, preamble, data plane
+/// unless `path` is "basp"; the same-host shortcut only for "shm"): the
+/// learner listens on an ephemeral port behind dice's listener, a collector
+/// attaches. Every node mode starts its node here; none if it failed.
+std::optional<dice::node> start_node(caf::actor_system& sys, std::uint32_t id,
+                                     bool listen, const std::string& path);
+
 /// Starts `n` collector processes (this binary, mode collector, with the
 /// parent's options) that attach to `port`.
 std::vector<pid_t> fork_collectors(int argc, char** argv, long n,
@@ -68,6 +75,15 @@ start_collectors(caf::scoped_actor& self, const dice::router_actor& router,
 
 /// Ends the collectors and waits for them.
 void stop_all(const std::vector<pid_t>& pids);
+
+/// Payload bytes over TCP (acked by the peer / received).
+struct socket_bytes {
+  std::uint64_t sent = 0;
+  std::uint64_t received = 0;
+};
+
+/// The sum over this process's open TCP sockets (sockets.cpp).
+socket_bytes tcp_bytes();
 
 /// A snapshot of one uint8 tensor of `size` bytes.
 dice::model_snapshot make_snapshot(long size);

@@ -11,7 +11,6 @@
 #include "remote_bench.hpp"
 
 #include <algorithm>
-#include <iostream>
 #include <optional>
 #include <string>
 #include <vector>
@@ -26,21 +25,16 @@ int snapshot_main(int argc, char** argv) {
   config cfg;
   caf::actor_system sys{cfg};
   // The learner is a dice node listening on an ephemeral port.
-  std::cout.setstate(std::ios::failbit); // its "listening on" line
-  auto dn = dice::node::start(sys, node_settings(0, true, path));
-  std::cout.clear();
+  auto dn = start_node(sys, 0, true, path);
   if (!dn)
     return 1;
-  if (dn->data_plane())
-    dn->data_plane()->set_same_host(path == "shm");
   auto router = dn->router();
-  auto port = std::optional<std::uint16_t>{dn->port()};
   caf::scoped_actor self{sys};
   self->send(router, dice::join_atom::value, std::uint32_t{0}, dice::role_set{},
              caf::actor{self}, std::vector<std::string>{"ack"});
   self->receive([](const std::vector<dice::finish>&) {});
   auto started = start_collectors(self, router, argc, argv, {"--path", path}, n,
-                                  *port);
+                                  dn->port());
   if (!started)
     return 2;
   auto pids = std::move(*started);
@@ -51,9 +45,10 @@ int snapshot_main(int argc, char** argv) {
         stop_all(pids);
         return 5;
       }
-  auto stats0 = dice::net::data_stats();
   auto x = make_snapshot(size);
   std::vector<double> times;
+  auto stats0 = dice::net::data_stats();
+  auto tcp0 = tcp_bytes();
   for (long r = 0; r < rounds + 2; ++r) {
     x.version = r + 1;
     auto t0 = clk::now();
@@ -79,8 +74,12 @@ int snapshot_main(int argc, char** argv) {
     if (r >= 2) // two warm-up rounds
       times.push_back(secs(clk::now() - t0));
   }
+  // Every collector acked the last round: its bytes are acked by now too.
+  auto tcp1 = tcp_bytes();
   stop_all(pids);
   auto stats1 = dice::net::data_stats();
+  // Per collector and round, both directions (the acks come back).
+  auto per = static_cast<double>(n * (rounds + 2));
   std::sort(times.begin(), times.end());
   auto med = times[times.size() / 2];
   print_json({{"mode", "snapshot"},
@@ -92,7 +91,11 @@ int snapshot_main(int argc, char** argv) {
               {"bytes_per_s", static_cast<double>(size) * n / med},
               {"data_transfers", stats1.transfers_sent - stats0.transfers_sent},
               {"shm_transfers", stats1.shm_sent - stats0.shm_sent},
-              {"fallbacks", stats1.fallbacks - stats0.fallbacks}});
+              {"fallbacks", stats1.fallbacks - stats0.fallbacks},
+              {"socket_bytes_out_per_collector_round",
+               static_cast<double>(tcp1.sent - tcp0.sent) / per},
+              {"socket_bytes_in_per_collector_round",
+               static_cast<double>(tcp1.received - tcp0.received) / per}});
   dn->stop();
   return 0;
 }

@@ -12,14 +12,14 @@
 
 #include "dice/runtime/main.hpp"
 
-#include "dice/exchangers/context_exchanger.hpp"
-#include "dice/exchangers/learner_hello.hpp"
-#include "dice/runtime/local_cluster.hpp"
-#include "dice/exchangers/model_exchanger.hpp"
-#include "dice/runtime/node.hpp"
 #include "dice/actors/storage_loader.hpp"
 #include "dice/core/errc.hpp"
+#include "dice/exchangers/context_exchanger.hpp"
+#include "dice/exchangers/learner_hello.hpp"
+#include "dice/exchangers/model_exchanger.hpp"
 #include "dice/logging/log.hpp"
+#include "dice/runtime/local_cluster.hpp"
+#include "dice/runtime/node.hpp"
 #include "dice/torch/model.hpp"
 #include "dice/type_ids.hpp"
 
@@ -116,8 +116,8 @@ dice::middleware published_trace(std::uint32_t node) {
   m.after = [node, incarnation](dice::context& ctx) {
     dice::log::info(node,
                     "published iteration " + std::to_string(ctx.total_step)
-                      + " env_step " + std::to_string(ctx.env_step) + " incarnation "
-                      + std::to_string(*incarnation));
+                      + " env_step " + std::to_string(ctx.env_step)
+                      + " incarnation " + std::to_string(*incarnation));
   };
   return m;
 }
@@ -159,6 +159,19 @@ dice::middleware train(mlp net, std::uint32_t node, bool trace = false) {
     ctx.train_iter += 1;
     return dice::proceed;
   };
+  return m;
+}
+
+/// Evaluator: nothing to evaluate here; with --trace it logs each iteration
+/// (bench/startup reads the first to time the start-up).
+dice::middleware evaluate(std::uint32_t node, bool trace) {
+  auto m = dice::void_middleware("evaluate");
+  if (trace)
+    m.before = [node](dice::context& ctx) -> dice::step {
+      dice::log::info(node,
+                      "evaluate iteration " + std::to_string(ctx.total_step));
+      return dice::proceed;
+    };
   return m;
 }
 
@@ -228,7 +241,7 @@ int run_node(caf::actor_system& sys, const config& cfg,
     else if (roles.has(dice::role::collector))
       p.use(collect(net, id, cfg.trace));
     else
-      p.use(dice::void_middleware("evaluate"));
+      p.use(evaluate(id, cfg.trace));
     return p;
   };
   dice::node_run_options opts;

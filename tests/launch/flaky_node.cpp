@@ -14,6 +14,7 @@
 // It prints "flaky node ID pid P restart R" and, with --grandchild,
 // "flaky node ID grandchild G" on stdout.
 
+#include "dice/process/fork_server.hpp"
 #include "dice/process/spawn.hpp"
 
 #include <unistd.h>
@@ -27,6 +28,8 @@
 int main(int argc, char** argv) {
   // Like a dice node: dies with its launcher (the grandchild does not).
   dice::process::die_with_parent_if_asked();
+  // Under dice-launch --fork-server, like a DICE_MAIN program.
+  dice::process::serve_forks_if_asked(argc, argv);
   long id = -1;
   long fail_runs = 0;
   long fail_node = -1;

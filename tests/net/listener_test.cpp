@@ -4,13 +4,13 @@
 // unprotected, and a dialer facing a silent acceptor. Ephemeral ports; every
 // wait has a deadline.
 
-#include "dice/runtime/node.hpp"
-#include "dice/security/auth.hpp"
 #include "dice/core/errc.hpp"
 #include "dice/logging/log.hpp"
 #include "dice/net/data_plane.hpp"
 #include "dice/net/preamble.hpp"
 #include "dice/net/socket.hpp"
+#include "dice/runtime/node.hpp"
+#include "dice/security/auth.hpp"
 #include "dice/security/trust.hpp"
 
 #include "caf/actor_system.hpp"
@@ -139,8 +139,8 @@ class Listener : public ::testing::TestWithParam<trust_mode> {
   /// Attaches `client` to `server`.
   static void attach(dice::node& client, const dice::node& server) {
     caf::scoped_actor self{*systems_of(client)};
-    self->send(client.router(), dice::attach_atom::value, std::string{"127.0.0.1"},
-               server.port());
+    self->send(client.router(), dice::attach_atom::value,
+               std::string{"127.0.0.1"}, server.port());
   }
 
   void TearDown() override {
@@ -351,8 +351,8 @@ TEST_F(Guard, ADialerGivesUpOnASilentAcceptorAndRetries) {
   nc.connect_timeout = 300ms;
   auto& client = start(nc);
   caf::scoped_actor self{*systems_of(client)};
-  self->send(client.router(), dice::attach_atom::value, std::string{"127.0.0.1"},
-             port);
+  self->send(client.router(), dice::attach_atom::value,
+             std::string{"127.0.0.1"}, port);
   // Accept two attempts; the dialer closes each at its deadline and the router
   // tries again after its backoff.
   struct conn {
@@ -435,6 +435,48 @@ TEST_F(Guard, BeyondLoopbackANodeNeedsASecretOrTlsOrInsecure) {
     nc.host = host;
     EXPECT_NE(start(nc).port(), 0) << host;
   }
+}
+
+// -- a listening socket from the launcher -------------------------------------
+
+TEST_F(Guard, ANodeListensOnTheSocketItInherits) {
+  // dice-launch binds the port and passes the socket (--dice.listen-fd);
+  // a peer may dial before the node runs: its connect waits in the backlog.
+  auto fd = dice::net::listen_tcp("127.0.0.1", 0);
+  ASSERT_TRUE(fd) << dice::render(fd.error());
+  auto port = dice::net::local_endpoint(*fd).port;
+  auto client_cfg = settings(1, secret_only);
+  client_cfg.listen = false;
+  auto& client = start(client_cfg);
+  caf::scoped_actor self{*systems_of(client)};
+  self->send(client.router(), dice::attach_atom::value,
+             std::string{"127.0.0.1"}, port);
+  auto nc = settings(0, secret_only);
+  nc.port = 1; // not bound: the inherited socket wins
+  nc.listen_fd = *fd;
+  auto& server = start(nc);
+  EXPECT_EQ(server.port(), port);
+  EXPECT_EQ(peers(server, 1, 10s), 1u);
+  EXPECT_EQ(peers(client, 1, 1s), 1u);
+}
+
+TEST_F(Guard, AnInheritedFdThatIsNotAListeningSocketIsRefused) {
+  int p[2];
+  ASSERT_EQ(::pipe(p), 0);
+  auto plain = ::socket(AF_INET, SOCK_STREAM, 0); // never listened
+  ASSERT_GE(plain, 0);
+  for (auto fd : {p[0], plain}) {
+    auto& sys = make_system(false);
+    auto nc = settings(0, secret_only);
+    nc.listen_fd = fd;
+    auto n = dice::node::start(sys, nc);
+    ASSERT_FALSE(n) << "fd " << fd;
+    auto why = dice::render(n.error());
+    EXPECT_NE(why.find("is not a listening stream socket"), std::string::npos)
+      << why;
+  }
+  for (auto fd : {p[0], p[1], plain})
+    ::close(fd);
 }
 
 } // namespace

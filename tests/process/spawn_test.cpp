@@ -6,6 +6,7 @@
 
 #include "support/child_process.hpp"
 #include <dirent.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <sys/prctl.h>
@@ -126,6 +127,52 @@ TEST(Spawn, SeparateStdoutAndStderrAndTheGivenEnvironment) {
   int status = 0;
   ASSERT_EQ(::waitpid(c.pid, &status, 0), c.pid);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+TEST(Spawn, ThePassedFdIsTheChildsFdThreeWhateverItsNumberHere) {
+  // dice-launch passes each node its listening socket this way. One run
+  // with the fd at a high number, one with it at 3 itself (a dup2 onto
+  // itself keeps O_CLOEXEC; glibc's posix_spawn clears it, checked here).
+  int p[2];
+  ASSERT_EQ(::pipe2(p, O_CLOEXEC), 0);
+  // Both ends well above 3 (the pipe may have got 3 itself).
+  for (auto& end : p) {
+    auto high = ::fcntl(end, F_DUPFD_CLOEXEC, 100);
+    ASSERT_GE(high, 100);
+    ::close(end);
+    end = high;
+  }
+  int saved3 = ::fcntl(3, F_DUPFD_CLOEXEC, 100); // -1 if 3 was free
+  for (bool at_three : {false, true}) {
+    int fd = p[1];
+    if (at_three) {
+      ASSERT_EQ(::dup3(p[1], 3, O_CLOEXEC), 3);
+      fd = 3;
+    }
+    dice::process::spawn_options opts;
+    opts.argv = {"sh", "-c", "echo through-3 >&3"};
+    opts.output = dice::process::capture::none;
+    opts.pass_fd = fd;
+    auto c = dice::process::spawn(opts);
+    ASSERT_GT(c.pid, 0) << std::strerror(c.error);
+    int status = 0;
+    ASSERT_EQ(::waitpid(c.pid, &status, 0), c.pid);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << at_three;
+    char buf[64] = {};
+    auto n = ::read(p[0], buf, sizeof(buf) - 1);
+    EXPECT_EQ(std::string(buf, n > 0 ? static_cast<std::size_t>(n) : 0),
+              "through-3\n")
+      << "fd at " << fd;
+  }
+  // Put back whatever was at 3.
+  if (saved3 >= 0) {
+    ::dup3(saved3, 3, O_CLOEXEC);
+    ::close(saved3);
+  } else {
+    ::close(3);
+  }
+  ::close(p[0]);
+  ::close(p[1]);
 }
 
 TEST(Spawn, AMissingProgramIsAnErrorAndLeavesNothingOpen) {

@@ -2,6 +2,7 @@
 // (supervise.cpp), output relay (relay.cpp) and main (main.cpp) share.
 #pragma once
 
+#include "dice/process/fork_server.hpp"
 #include "dice/process/spawn.hpp"
 
 #include <fcntl.h>
@@ -36,11 +37,16 @@ extern volatile std::sig_atomic_t signals_seen;
 extern bool finish_seen;
 // The last signal received.
 extern volatile std::sig_atomic_t last_signal;
+// With --fork-server: the server every node is forked from (empty: spawn).
+extern std::optional<dice::process::fork_client> forks;
 
 /// One child process and its output pipes.
 struct child {
   std::uint32_t id = 0;
   std::uint16_t port = 0;
+  /// The node's listening socket, bound by the launcher and passed to every
+  /// incarnation as its fd 3 (-1: none).
+  int listen_fd = -1;
   pid_t pid = -1;
   int out_fd = -1;
   int err_fd = -1;
@@ -69,7 +75,6 @@ struct options {
   std::string attach_to;
   /// Address every node listens on and is reached at.
   std::string host = "127.0.0.1";
-  double startup_timeout = 60;
   /// Restarts per node after a non-zero exit or a signal (0: none).
   std::uint32_t max_restarts = 0;
   /// Wait before a node's first restart; doubles per restart, at most 30 s.
@@ -77,6 +82,9 @@ struct options {
   /// After SIGINT/SIGTERM, kill what is still running after this long.
   double stop_timeout = 10;
   std::vector<std::string> command;
+  /// Fork every node from one instance of the program that loaded its
+  /// libraries once (dice::process::fork_client); DICE_MAIN programs only.
+  bool fork_server = false;
   /// Trust settings every node gets (cluster secret, TLS files).
   std::vector<std::string> pass_through;
 };
@@ -97,6 +105,14 @@ struct run_state {
 [[noreturn]] void usage(const std::string& why);
 /// The launcher's options; exits through `usage` on bad ones.
 options parse(int argc, char** argv);
+
+// -- ports (ports.cpp)
+// ---------------------------------------------------------
+
+/// A listening socket on host:port (0: any free port; `bound` gets the
+/// port), O_CLOEXEC; -1 and `why` on failure.
+int listen_on(const std::string& host, std::uint16_t port, std::uint16_t& bound,
+              std::string& why);
 
 // -- output relay (relay.cpp) -------------------------------------------------
 

@@ -3,18 +3,20 @@
 //
 //   dice-launch --workers N [--learners L] [--topology star|mesh|alone]
 //               [--ports P] [--node-ids I[,I...]] [--attach-to host:port,...]
-//               [--host ADDR] [--startup-timeout S]
+//               [--host ADDR] [--fork-server]
 //               [--max-restarts N] [--restart-backoff S] [--stop-timeout S]
 //               [--dice.secret-file=F] [--openssl.KEY=V ...] -- PROGRAM ...
 //
 // Each node gets `--dice.node-id= --dice.workers= --dice.topology=
-// --dice.host= --dice.port= --dice.attach-to=` on its command line (and
-// `--dice.learners=L` with --learners: nodes 0..L-1 are learners forming one
-// data-parallel group, docs/learner_group.md). Nodes
-// listen on --host (default 127.0.0.1: loopback only). Without --ports
-// every node listens on an ephemeral port, which the launcher reads from
-// the node's "dice-node ID listening on port P" line before starting the
-// nodes that attach to it. --dice.secret-file and --openssl.* options go to
+// --dice.host= --dice.port= --dice.listen-fd=3 --dice.attach-to=` on its
+// command line (and `--dice.learners=L` with --learners: nodes 0..L-1 are
+// learners forming one data-parallel group, docs/learner_group.md). Nodes
+// listen on --host (default 127.0.0.1: loopback only), on a socket the
+// launcher bound before it started any node (ports.cpp; an ephemeral port
+// without --ports) and passes as fd 3, so all nodes start at once. With
+// --fork-server the program starts once and every node (and restart) is
+// forked from it (dice::process::fork_client): LibTorch loads once.
+// --dice.secret-file and --openssl.* options go to
 // every node unchanged (one cluster shares its secret and CA); with
 // neither, the launcher writes a fresh random secret to a private
 // temporary file for its nodes and removes it at exit. Output lines are
@@ -45,6 +47,7 @@ namespace dice_launch {
 volatile std::sig_atomic_t signals_seen = 0;
 bool finish_seen = false;
 volatile std::sig_atomic_t last_signal = 0;
+std::optional<dice::process::fork_client> forks;
 
 namespace {
 
@@ -179,16 +182,40 @@ int main(int argc, char** argv) {
               << spool.dir << " (removed at exit)" << std::endl;
   }
   auto t0 = clock_type::now();
+  if (opts.fork_server) {
+    forks = dice::process::fork_client::start(opts.command.front(),
+                                              std::chrono::seconds{60});
+    if (!forks)
+      std::cerr << "[dice-launch] " << opts.command.front()
+                << " did not start as a fork server (not a DICE_MAIN "
+                   "program?): starting every node on its own"
+                << std::endl;
+    else
+      std::cerr << "[dice-launch] nodes are forked from one instance of "
+                << opts.command.front() << " (fork server pid " << forks->pid()
+                << ")" << std::endl;
+  }
   std::vector<child> children(opts.workers);
   run_state run;
   int forwarded = 0;
-  auto deadline = t0
-    + std::chrono::milliseconds{
-      static_cast<long long>(opts.startup_timeout * 1000)};
   bool failed = false;
+  // Every port is bound before any node starts: the nodes start at once.
   for (std::uint32_t i = 0; i < opts.workers && !failed; ++i) {
     auto& c = children[i];
     c.id = opts.node_ids[i];
+    std::string why;
+    c.listen_fd = listen_on(
+      opts.host, opts.ports.empty() ? std::uint16_t{0} : opts.ports[i], c.port,
+      why);
+    if (c.listen_fd < 0) {
+      std::cerr << "[dice-launch] cannot listen on " << opts.host << ":"
+                << (opts.ports.empty() ? 0 : opts.ports[i]) << " for node "
+                << c.id << ": " << why << std::endl;
+      failed = true;
+    }
+  }
+  for (std::uint32_t i = 0; i < opts.workers && !failed; ++i) {
+    auto& c = children[i];
     // The peers this node attaches to, as DI-engine's topologies name them.
     std::vector<std::uint32_t> targets;
     if (opts.topology == "mesh")
@@ -198,28 +225,10 @@ int main(int argc, char** argv) {
       targets.push_back(0);
     std::string attach;
     for (auto j : targets) {
-      auto& t = children[j];
-      auto port = opts.ports.empty() ? std::uint16_t{0} : opts.ports[j];
-      // Wait (bounded) for an ephemeral port to be announced.
-      while (port == 0 && t.port == 0 && !t.exit_code && !signals_seen
-             && clock_type::now() < deadline) {
-        pump(children, 50);
-        reap(children, run, opts);
-      }
-      if (port == 0)
-        port = t.port;
-      if (port == 0) {
-        std::cerr << "[dice-launch] node " << t.id
-                  << " did not report its port in time" << std::endl;
-        failed = true;
-        break;
-      }
       if (!attach.empty())
         attach += ',';
-      attach += opts.host + ":" + std::to_string(port);
+      attach += opts.host + ":" + std::to_string(children[j].port);
     }
-    if (failed)
-      break;
     if (!opts.attach_to.empty())
       attach += (attach.empty() ? "" : ",") + opts.attach_to;
     std::vector<std::string> args{opts.command.front()};
@@ -231,6 +240,7 @@ int main(int argc, char** argv) {
     args.push_back("--dice.host=" + opts.host);
     if (!opts.ports.empty())
       args.push_back("--dice.port=" + std::to_string(opts.ports[i]));
+    args.push_back("--dice.listen-fd=3");
     if (!attach.empty())
       args.push_back("--dice.attach-to=" + attach);
     args.insert(args.end(), opts.pass_through.begin(), opts.pass_through.end());
@@ -285,6 +295,11 @@ int main(int argc, char** argv) {
     if (!running) // drain what is left in the pipes, then stop
       pump(children, 0);
   }
+  for (auto& c : children)
+    if (c.listen_fd >= 0)
+      ::close(c.listen_fd);
+  if (forks)
+    forks->stop();
   secret.remove();
   spool.remove();
   int rc = failed ? 1 : 0;

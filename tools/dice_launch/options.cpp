@@ -9,7 +9,7 @@ namespace dice_launch {
                "[--topology star|mesh|alone] "
                "[--ports P[,P...]] [--node-ids I[,I...]] "
                "[--attach-to host:port,...] [--host ADDR] "
-               "[--startup-timeout SECONDS] [--max-restarts N] "
+               "[--fork-server] [--max-restarts N] "
                "[--restart-backoff SECONDS] [--stop-timeout SECONDS] "
                "[--dice.secret-file=FILE] "
                "[--openssl.KEY=VALUE ...] -- PROGRAM [ARGS...]\n";
@@ -87,8 +87,8 @@ options parse(int argc, char** argv) {
       opts.attach_to = value(flag);
     } else if (flag == "--host" || flag == "--address") {
       opts.host = value(flag);
-    } else if (flag == "--startup-timeout") {
-      opts.startup_timeout = std::atof(value(flag).c_str());
+    } else if (flag == "--fork-server") {
+      opts.fork_server = true;
     } else if (flag == "--max-restarts") {
       opts.max_restarts = static_cast<std::uint32_t>(
         to_num(value(flag), 1000000, "--max-restarts"));

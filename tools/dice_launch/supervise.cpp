@@ -108,9 +108,10 @@ bool spawn(child& c, const std::vector<std::string>& argv) {
   opts.death_signal = SIGTERM;
   // Its own group: stopping the node reaches whatever it started.
   opts.new_process_group = true;
+  opts.pass_fd = c.listen_fd;
   if (c.restarts > 0)
     opts.env.push_back("DICE_RESTART_COUNT=" + std::to_string(c.restarts));
-  auto p = dice::process::spawn(opts);
+  auto p = forks ? forks->fork(opts) : dice::process::spawn(opts);
   if (p.pid < 0) {
     errno = p.error;
     return false;

@@ -31,6 +31,11 @@ struct listener_config {
   /// Most connections in the preamble at once; a new one past this closes
   /// the oldest (see docs/trust.md for why the oldest, not the newest).
   std::size_t max_pending = 64;
+  /// An inherited listening socket to adopt instead of binding host:port
+  /// (-1: bind). dice-launch binds every node's port before it starts any
+  /// node, so the nodes start at once and a peer's early connect waits in
+  /// the backlog instead of being refused and retried later.
+  int fd = -1;
 };
 
 /// Receives a socket that finished the preamble: the listener no longer
@@ -45,7 +50,8 @@ using handover_fn = std::function<void(
 /// preamble reaches `handover_fn`.
 class listener {
  public:
-  /// Binds and listens (the thread starts with `start`).
+  /// Binds and listens, or adopts `cfg.fd` (the thread starts with
+  /// `start`).
   static caf::expected<std::unique_ptr<listener>> open(listener_config cfg,
                                                        handover_fn fn);
 

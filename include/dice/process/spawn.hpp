@@ -41,6 +41,9 @@ struct spawn_options {
   /// starts. The group exists when spawn returns: no race with a signal the
   /// parent sends right after.
   bool new_process_group = false;
+  /// A descriptor the child gets as its fd 3 (-1: none), e.g. a listening
+  /// socket dice-launch bound for the node (`--dice.listen-fd=3`).
+  int pass_fd = -1;
 };
 
 /// A started child. The parent owns the read ends (O_CLOEXEC).

@@ -8,10 +8,11 @@
 // system starts (dice::run_local then drives it), so a seeded embedded run
 // is reproducible.
 
-#include "dice/runtime/node.hpp"
-#include "dice/runtime/cli.hpp"
 #include "dice/core/errc.hpp"
+#include "dice/process/fork_server.hpp"
 #include "dice/process/spawn.hpp"
+#include "dice/runtime/cli.hpp"
+#include "dice/runtime/node.hpp"
 
 #include "caf/actor_system.hpp"
 #include "caf/actor_system_config.hpp"
@@ -45,6 +46,9 @@ struct config_options : caf::actor_system_config {
 template <class Config, class F>
 int exec_main(F fun, int argc, char** argv) {
   process::die_with_parent_if_asked();
+  // Started by `dice-launch --fork-server`: only forked nodes return, each
+  // with its own arguments (libraries loaded once, before any thread).
+  process::serve_forks_if_asked(argc, argv);
   Config cfg;
   std::string program = argc > 0 ? argv[0] : "program";
   program = program.substr(program.rfind('/') + 1);

@@ -95,6 +95,9 @@ struct node_config {
   std::uint16_t port = 0;
   /// Listen for peers at all.
   bool listen = true;
+  /// An inherited listening socket to listen on instead of binding
+  /// host:port (-1: bind); dice-launch passes one as fd 3.
+  int listen_fd = -1;
   /// Peers to attach to, besides those the topology names.
   std::vector<endpoint> attach_to;
   /// Addresses of all nodes in order (when known: fixed ports, SLURM).
@@ -162,6 +165,8 @@ class node_system_config : public caf::actor_system_config {
   std::string host;
   /// dice.port.
   std::uint16_t port = 0;
+  /// dice.listen-fd (-1: bind dice.host:dice.port).
+  std::int64_t listen_fd = -1;
   /// dice.attach-to.
   std::string attach_to;
   /// dice.nodes.
