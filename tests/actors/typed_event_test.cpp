@@ -58,6 +58,11 @@ using namespace dice;
 using typed_event_test::greeting;
 
 const topic<greeting> greetings{"greetings"};
+/// A listener on another node says it is subscribed (its first iteration
+/// runs after its join): a greeting emitted before that would be held by the
+/// greeter's router, and its finish could end the listener's run before the
+/// listener joined.
+const topic<greeting> listening{"listening"};
 
 // -- what the API must not offer (compile-time) ------------------------------
 
@@ -103,18 +108,35 @@ static_assert(std::is_nothrow_move_constructible<middleware>::value);
 
 // -- pipelines ----------------------------------------------------------------
 
-/// Emits greeting{"hello", i} after iteration i.
-middleware greeter() {
+/// Emits greeting{"hello", i} after iteration i; with `wait_for_listener`,
+/// its first iteration first waits until a listener said it listens.
+middleware greeter(bool wait_for_listener = false) {
   struct state {
     node_services* svc = nullptr;
     std::int32_t n = 0;
+    bool heard_listener = false;
   };
   auto st = std::make_shared<state>();
   middleware m;
   m.name = "greeter";
   m.attach = [st](node_services& svc) {
     st->svc = &svc;
+    svc.on(listening, [st](const greeting&) {
+      st->heard_listener = true;
+    });
   };
+  if (wait_for_listener)
+    m.before = [st](context& ctx) -> step {
+      if (ctx.total_step > 0)
+        return proceed;
+      return wait_for{[st] {
+                        return st->heard_listener;
+                      },
+                      20s,
+                      [](context&, wait_outcome) {
+                        return proceed;
+                      }};
+    };
   m.after = [st](context&) {
     st->svc->emit(greetings, greeting{"hello", st->n++});
   };
@@ -143,8 +165,10 @@ middleware listener(std::shared_ptr<heard> out, std::size_t want) {
     });
   };
   // Iteration k waits for (k + 1) * want: after the first, until the finish.
-  m.before = [out, want](context& ctx) -> step {
+  m.before = [svc, out, want](context& ctx) -> step {
     auto k = static_cast<std::size_t>(ctx.total_step);
+    if (k == 0)
+      (*svc)->emit(listening, greeting{"listening", 0});
     return wait_for{[out, want, k] {
                       return out->greetings.size() >= (k + 1) * want;
                     },
@@ -282,7 +306,7 @@ TEST(TypedEventsNet, AUsersTypeCrossesTwoNodesOnLoopback) {
   }};
   node_run_options copts = lopts;
   copts.max_step = 3;
-  auto crep = client->run(pipe_of(greeter()), copts);
+  auto crep = client->run(pipe_of(greeter(true)), copts);
   learner.join();
   client->stop();
   server->stop();
