@@ -1,7 +1,8 @@
 #pragma once
 
 // A child process for multi-process tests: its stdout and stderr (merged)
-// are read line by line; every wait has a deadline, nothing sleeps.
+// are read line by line as they come; every wait has a deadline, nothing
+// sleeps.
 
 #include "dice/process/spawn.hpp"
 
@@ -11,6 +12,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <thread>
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -31,6 +38,13 @@ inline const bool dies_with_parent = [] {
 }();
 
 /// A child process whose merged output the test reads.
+///
+/// A thread reads the output as it comes, whatever the test waits on: a
+/// child blocked on a full pipe stops logging and, with it, every actor that
+/// logs (a collector that cannot write its trace line cannot take a finish).
+/// Waiting on one child while another's pipe filled up once lost a run's
+/// last deltas under load (Reconnect.*: the learner gave up on two stalled
+/// collectors at its drain timeout).
 class child_process {
  public:
   using clock_type = std::chrono::steady_clock;
@@ -51,10 +65,11 @@ class child_process {
       lines_.push_back("cannot run " + opts.argv.front() + ": "
                        + std::strerror(p.error));
       code_ = 127;
+      eof_ = true;
       return;
     }
     pid_ = p.pid;
-    fd_ = p.out;
+    reader_ = std::thread{[this, fd = p.out] { read_all(fd); }};
   }
 
   child_process(const child_process&) = delete;
@@ -66,28 +81,35 @@ class child_process {
       ::kill(pid_, SIGKILL);
       ::waitpid(pid_, nullptr, 0);
     }
-    if (fd_ >= 0)
-      ::close(fd_);
+    stop_ = true;
+    if (reader_.joinable())
+      reader_.join();
   }
 
-  /// Reads output until `pattern` matches a line not matched before; false
-  /// at the deadline or at the end of the output.
+  /// Waits until a line not matched before matches `pattern`; false at the
+  /// deadline or at the end of the output.
   bool wait_for(const std::regex& pattern, std::chrono::milliseconds timeout,
                 std::smatch* match = nullptr) {
     auto deadline = clock_type::now() + timeout;
+    std::unique_lock<std::mutex> guard{mtx_};
     for (;;) {
       while (scanned_ < lines_.size()) {
         std::smatch m;
         auto& line = lines_[scanned_++];
         if (std::regex_search(line, m, pattern)) {
-          if (match)
-            *match = m;
+          if (match) {
+            // The match refers into `line`, which a later append may move:
+            // keep a copy alive with the match.
+            matched_.push_back(std::make_unique<std::string>(line));
+            std::regex_search(*matched_.back(), *match, pattern);
+          }
           return true;
         }
       }
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - clock_type::now());
-      if (left.count() <= 0 || !read_some(left))
+      if (eof_)
+        return false;
+      if (cv_.wait_until(guard, deadline) == std::cv_status::timeout
+          && scanned_ == lines_.size())
         return false;
     }
   }
@@ -102,17 +124,18 @@ class child_process {
                                   : 128 + WTERMSIG(status);
         break;
       }
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - clock_type::now());
-      if (left.count() <= 0)
+      auto now = clock_type::now();
+      if (now >= deadline)
         return std::nullopt;
-      // Reading keeps the pipe from filling up; at EOF the child is about
-      // to be reaped, so poll it with a short wait.
-      if (!read_some(std::min(left, std::chrono::milliseconds{50})))
-        ::poll(nullptr, 0, 5);
+      // No signal says "exited" here; the end of the output comes with the
+      // exit, so wait for it, polling at most every 20 ms.
+      std::unique_lock<std::mutex> guard{mtx_};
+      cv_.wait_until(guard, std::min(deadline, now + std::chrono::milliseconds{20}),
+                     [this] { return eof_; });
     }
-    while (read_some(std::chrono::milliseconds{0}))
-      ; // collect the rest
+    // The rest of its output (a grandchild may hold the pipe: bounded).
+    std::unique_lock<std::mutex> guard{mtx_};
+    cv_.wait_for(guard, std::chrono::seconds{2}, [this] { return eof_; });
     return code_;
   }
 
@@ -127,13 +150,15 @@ class child_process {
     return pid_;
   }
 
-  /// Every line read so far.
-  const std::vector<std::string>& lines() const noexcept {
+  /// Every line read so far (a copy: the reader keeps appending).
+  std::vector<std::string> lines() const {
+    std::lock_guard<std::mutex> guard{mtx_};
     return lines_;
   }
 
   /// All output so far, for failure messages.
   std::string text() const {
+    std::lock_guard<std::mutex> guard{mtx_};
     std::string result;
     for (auto& l : lines_)
       result += l + "\n";
@@ -141,32 +166,52 @@ class child_process {
   }
 
  private:
-  bool read_some(std::chrono::milliseconds timeout) {
-    if (fd_ < 0)
-      return false;
-    pollfd p{fd_, POLLIN, 0};
-    if (::poll(&p, 1, static_cast<int>(timeout.count())) <= 0)
-      return false;
+  // The reader thread: appends whole lines until the end of the output (or
+  // the destructor), then closes the pipe.
+  void read_all(int fd) {
+    std::string partial;
     char buf[8192];
-    auto n = ::read(fd_, buf, sizeof(buf));
-    if (n <= 0) {
-      ::close(fd_);
-      fd_ = -1;
-      return false;
+    while (!stop_) {
+      pollfd p{fd, POLLIN, 0};
+      // Polls in slices so that the destructor can stop it while a
+      // grandchild still holds the pipe open.
+      if (::poll(&p, 1, 100) <= 0)
+        continue;
+      auto n = ::read(fd, buf, sizeof(buf));
+      if (n < 0 && errno == EINTR)
+        continue;
+      if (n <= 0)
+        break;
+      partial.append(buf, static_cast<std::size_t>(n));
+      std::vector<std::string> got;
+      std::size_t pos;
+      while ((pos = partial.find('\n')) != std::string::npos) {
+        got.push_back(partial.substr(0, pos));
+        partial.erase(0, pos + 1);
+      }
+      if (got.empty())
+        continue;
+      std::lock_guard<std::mutex> guard{mtx_};
+      for (auto& l : got)
+        lines_.push_back(std::move(l));
+      cv_.notify_all();
     }
-    partial_.append(buf, static_cast<std::size_t>(n));
-    std::size_t pos;
-    while ((pos = partial_.find('\n')) != std::string::npos) {
-      lines_.push_back(partial_.substr(0, pos));
-      partial_.erase(0, pos + 1);
-    }
-    return true;
+    ::close(fd);
+    std::lock_guard<std::mutex> guard{mtx_};
+    if (!partial.empty())
+      lines_.push_back(std::move(partial));
+    eof_ = true;
+    cv_.notify_all();
   }
 
   pid_t pid_ = -1;
-  int fd_ = -1;
-  std::string partial_;
+  std::thread reader_;
+  std::atomic<bool> stop_{false};
+  mutable std::mutex mtx_;
+  std::condition_variable cv_;
+  bool eof_ = false;
   std::vector<std::string> lines_;
+  std::vector<std::unique_ptr<std::string>> matched_;
   std::size_t scanned_ = 0;
   std::optional<int> code_;
 };

@@ -127,8 +127,9 @@ class SealProcess : public ::testing::Test {
     for (auto* p : {&*c2, &*c1, &*learner}) {
       auto rc = p->wait_exit(30s);
       EXPECT_TRUE(rc) << "a node did not stop\n" << p->text();
-      if (rc)
+      if (rc) {
         EXPECT_EQ(*rc, 0) << p->text();
+      }
     }
     auto r0 = report_of(*learner);
     auto r1 = report_of(*c1);
