@@ -162,6 +162,14 @@ class gate : public caf::event_based_actor {
           delegate(router_, forward_atom::value, std::move(topic), sender,
                    transfer, std::move(header));
       },
+      [this](forward_atom, relay_reference& x) {
+        if (from_remote("a relay reference"))
+          delegate(router_, forward_atom::value, std::move(x));
+      },
+      [this](relay_atom, std::uint32_t round, std::uint32_t node, bool ok) {
+        if (from_remote("a relay report"))
+          delegate(router_, relay_atom::value, round, node, ok);
+      },
       [this](done_atom, std::uint32_t node) {
         if (from_remote("a peer's done"))
           delegate(router_, done_atom::value, node);

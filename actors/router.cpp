@@ -82,6 +82,7 @@ router_actor::behavior_type router_behavior(router_ptr self,
       st.chunks.drop_origin(p.node, st.cfg.node, "peer lost");
       if (st.cfg.data)
         st.cfg.data->drop_peer(p.node);
+      relay_peer_lost(self, p.node);
       notify_members(self, p, false);
       if (p.endpoint)
         schedule_reconnect(self, *p.endpoint);
@@ -190,6 +191,26 @@ router_actor::behavior_type router_behavior(router_ptr self,
                                    std::move(header));
         });
     },
+    [=](forward_atom, relay_reference& x) {
+      with_peer(
+        self, "a relay reference",
+        [&](router_peer& p, const caf::strong_actor_ptr& src) {
+          peer_relay_reference(self, p, src, x);
+        },
+        [&] {
+          return caf::make_message(forward_atom::value, std::move(x));
+        });
+    },
+    [=](relay_atom, std::uint32_t round, std::uint32_t node, bool ok) {
+      with_peer(
+        self, "a relay report",
+        [&](router_peer& p, const caf::strong_actor_ptr& src) {
+          peer_relay_report(self, p, src, round, node, ok);
+        },
+        [&] {
+          return caf::make_message(relay_atom::value, round, node, ok);
+        });
+    },
     [=](forward_atom, std::string& topic, std::uint32_t sender,
         caf::message& msg) {
       with_peer(
@@ -242,6 +263,10 @@ router_actor::behavior_type router_behavior(router_ptr self,
                                     : trust_event::anonymous_dropped,
              self->current_sender(), "a timer tick",
              "only the router arms its timers");
+        return;
+      }
+      if (kind == relay_kind) {
+        relay_deadline(self, static_cast<std::uint32_t>(id));
         return;
       }
       if (kind == loss_kind) {

@@ -272,6 +272,12 @@ void replay(router_ptr self, const caf::actor& handle,
           std::uint64_t transfer, model_snapshot& header) {
         peer_data_reference(self, *p, src, topic, sender, transfer, header);
       },
+      [&](forward_atom, relay_reference& x) {
+        peer_relay_reference(self, *p, src, x);
+      },
+      [&](relay_atom, std::uint32_t round, std::uint32_t node, bool ok) {
+        peer_relay_report(self, *p, src, round, node, ok);
+      },
       [&](subscribe_atom, std::string& topic, std::uint32_t node) {
         peer_subscribe(self, *p, src, topic, node);
       },

@@ -31,7 +31,8 @@ using router_ptr = router_actor::stateful_pointer<router_state>;
 
 // Timer kinds of (tick, kind, id); kinds >= reconnect_kind name an endpoint.
 constexpr std::uint32_t loss_kind = 0;
-constexpr std::uint32_t reconnect_kind = 1;
+constexpr std::uint32_t relay_kind = 1;
+constexpr std::uint32_t reconnect_kind = 2;
 
 inline bool contains(const std::vector<std::string>& xs, const std::string& x) {
   return std::find(xs.begin(), xs.end(), x) != xs.end();
@@ -72,6 +73,22 @@ void route(router_ptr self, const std::string& topic, std::uint32_t sender,
            const caf::message& msg, bool from_peer);
 void add_subscriber(router_ptr self, const std::string& topic,
                     std::uint32_t node, const caf::actor& member);
+
+// -- relay broadcast (router_relay.cpp) ---------------------------------------
+
+// Starts a relay round for a local member's message if it pays; the peers
+// it serves (empty: none, send directly).
+std::vector<std::uint32_t> relay_route(router_ptr self,
+                                       const std::string& topic,
+                                       std::uint32_t sender,
+                                       const caf::message& msg);
+void relay_deadline(router_ptr self, std::uint32_t round);
+void relay_peer_lost(router_ptr self, std::uint32_t node);
+void peer_relay_report(router_ptr self, const router_peer& p,
+                       const caf::strong_actor_ptr& src, std::uint32_t round,
+                       std::uint32_t node, bool ok);
+void peer_relay_reference(router_ptr self, const router_peer& p,
+                          const caf::strong_actor_ptr& src, relay_reference& x);
 
 // -- the run's end: finish, done, peer loss (router_finish.cpp) ---------------
 

@@ -138,17 +138,22 @@ void route(router_ptr self, const std::string& topic, std::uint32_t sender,
         tell(self, sub.member, msg);
     }
   }
-  // Peers never relay what they got from a peer: delivery is to direct
-  // peers only, once (DI-engine's router semantics, minus the losses).
+  // Peers never route what they got from a peer on: delivery is to direct
+  // peers only, once (DI-engine's router semantics, minus the losses). The
+  // one exception, relayed snapshot bytes, checks a digest the origin sent
+  // in its own name (router_relay.cpp).
   if (from_peer)
     return;
   // Large snapshots go out on the data plane or in chunks, prepared (and
   // checksummed) once for all peers; both share the snapshot's buffer.
+  // Many remote peers: a relay tree of them (router_relay.cpp).
+  auto relayed = relay_route(self, topic, sender, msg);
   wire_forms forms;
   for (auto& p : st.peers)
     if (p.node != sender && contains(p.topics, topic)) {
       any = true;
-      forward_to_peer(self, p.handle, p.node, topic, sender, msg, forms);
+      if (std::find(relayed.begin(), relayed.end(), p.node) == relayed.end())
+        forward_to_peer(self, p.handle, p.node, topic, sender, msg, forms);
     }
   if (!any)
     hold(self, topic, sender, msg);

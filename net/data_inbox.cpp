@@ -8,9 +8,11 @@
 #include "caf/response_promise.hpp"
 #include "caf/stateful_actor.hpp"
 
+#include <algorithm>
 #include <map>
 #include <set>
 #include <string>
+#include <vector>
 
 namespace dice::net {
 
@@ -59,12 +61,28 @@ struct peer_inbox {
   std::map<std::uint64_t, caf::response_promise> waiters;
   // Claims that timed out: their bytes are discarded when they arrive.
   std::set<std::uint64_t> abandoned;
+  // Relay rounds: tagged bytes by tag (the first of a tag wins), and the
+  // highest tag settled (anything tagged up to it is dropped on arrival).
+  std::map<std::uint32_t, ready_bytes> tagged;
+  std::uint32_t tag_done = 0;
+};
+
+// A claim of relay round `tag`: the first bytes so tagged from `via` or
+// from `origin`.
+struct tag_claim {
+  std::uint64_t key = 0;
+  std::uint32_t via = 0;
+  std::uint32_t origin = 0;
+  std::uint32_t tag = 0;
+  caf::response_promise rp;
 };
 
 struct inbox_state {
   std::uint32_t node = 0;
   caf::timespan timeout{0};
   std::map<std::uint32_t, peer_inbox> peers;
+  std::vector<tag_claim> tag_claims;
+  std::uint64_t next_key = 0;
   static inline const char* name = "dice.data_inbox";
 };
 
@@ -78,11 +96,34 @@ caf::behavior data_inbox(caf::stateful_actor<inbox_state>* self,
                             "transfer " + std::to_string(id) + ": " + why));
     p.waiters.clear();
   };
+  // A relay claim waits for its origin's direct fallback whatever happens
+  // to `via`; it fails only when the origin itself is gone.
+  auto fail_tag_claims = [=](std::uint32_t origin, const std::string& why) {
+    auto& cs = self->state.tag_claims;
+    for (auto& c : cs)
+      if (c.origin == origin)
+        c.rp.deliver(
+          make_error(errc::unreachable,
+                     "relay round " + std::to_string(c.tag) + ": " + why));
+    cs.erase(std::remove_if(cs.begin(), cs.end(),
+                            [&](const tag_claim& c) {
+                              return c.origin == origin;
+                            }),
+             cs.end());
+  };
+  auto drop_tagged = [=](peer_inbox& p) {
+    for (auto& [tag, x] : p.tagged)
+      x.budget->release(x.bytes.size());
+    p.tagged.clear();
+  };
   // Stopping fails every open claim at once: a router awaiting one handles
   // nothing else until it is answered.
   self->set_exit_handler([=](caf::exit_msg& em) {
     for (auto& [peer, p] : self->state.peers)
       fail_waiters(p, "the data plane stopped");
+    for (auto& c : self->state.tag_claims)
+      c.rp.deliver(make_error(errc::unreachable, "the data plane stopped"));
+    self->state.tag_claims.clear();
     self->quit(em.reason);
   });
   // Only this node's data plane and router talk to the inbox: its handle is
@@ -102,7 +143,7 @@ caf::behavior data_inbox(caf::stateful_actor<inbox_state>* self,
       p.budget = std::move(budget);
     },
     [=](data_ready_atom, std::uint32_t peer, std::uint64_t link_gen,
-        std::uint64_t id, shared_bytes& bytes) {
+        std::uint64_t id, std::uint32_t tag, shared_bytes& bytes) {
       if (!local())
         return;
       auto i = self->state.peers.find(peer);
@@ -110,6 +151,26 @@ caf::behavior data_inbox(caf::stateful_actor<inbox_state>* self,
         return; // a link of a lost peer; its budget dies with it
       auto& p = i->second;
       p.highest = std::max(p.highest, id);
+      if (tag != 0) {
+        auto& cs = self->state.tag_claims;
+        auto c = std::find_if(cs.begin(), cs.end(), [&](const tag_claim& c) {
+          return c.tag == tag && (c.via == peer || c.origin == peer);
+        });
+        if (c != cs.end()) {
+          p.budget->release(bytes.size());
+          c->rp.deliver(std::move(bytes));
+          cs.erase(c);
+          return;
+        }
+        if (tag <= p.tag_done || p.tagged.count(tag) > 0) {
+          p.budget->release(bytes.size()); // settled, or a second copy
+          return;
+        }
+        if (p.tagged.size() >= 64)
+          drop_tagged(p); // a peer flooding tags gets none kept
+        p.tagged.emplace(tag, ready_bytes{std::move(bytes), p.budget});
+        return;
+      }
       if (p.abandoned.erase(id) > 0) {
         p.budget->release(bytes.size());
         return;
@@ -131,6 +192,7 @@ caf::behavior data_inbox(caf::stateful_actor<inbox_state>* self,
         return;
       i->second.up = false;
       fail_waiters(i->second, "the data connection ended (" + why + ")");
+      fail_tag_claims(peer, "the data connection from its origin ended");
     },
     [=](data_drop_atom, std::uint32_t peer) {
       if (!local())
@@ -139,6 +201,8 @@ caf::behavior data_inbox(caf::stateful_actor<inbox_state>* self,
       if (i == self->state.peers.end())
         return;
       fail_waiters(i->second, "peer lost");
+      fail_tag_claims(peer, "its origin was lost");
+      drop_tagged(i->second);
       for (auto& [id, x] : i->second.ready)
         x.budget->release(x.bytes.size());
       if (i->second.budget)
@@ -166,6 +230,65 @@ caf::behavior data_inbox(caf::stateful_actor<inbox_state>* self,
       self->delayed_send(self, self->state.timeout, data_expire_atom::value,
                          peer, id);
       return rp;
+    },
+    [=](data_take_tag_atom, std::uint32_t via, std::uint32_t origin,
+        std::uint32_t tag) -> caf::result<shared_bytes> {
+      if (!local())
+        return make_error(errc::unauthorized, "not a local claim");
+      if (tag == 0)
+        return make_error(errc::malformed_input, "relay round 0");
+      for (auto from : {via, origin}) {
+        auto i = self->state.peers.find(from);
+        if (i == self->state.peers.end())
+          continue;
+        if (auto r = i->second.tagged.find(tag); r != i->second.tagged.end()) {
+          auto bytes = std::move(r->second.bytes);
+          r->second.budget->release(bytes.size());
+          i->second.tagged.erase(r);
+          return bytes;
+        }
+      }
+      auto o = self->state.peers.find(origin);
+      if (o == self->state.peers.end() || !o->second.up)
+        return make_error(errc::unreachable,
+                          "relay round " + std::to_string(tag)
+                            + ": no data connection from its origin");
+      auto rp = self->make_response_promise();
+      auto key = ++self->state.next_key;
+      self->state.tag_claims.push_back(tag_claim{key, via, origin, tag, rp});
+      self->delayed_send(self, self->state.timeout, data_expire_atom::value,
+                         key);
+      return rp;
+    },
+    [=](data_tag_done_atom, std::uint32_t via, std::uint32_t origin,
+        std::uint32_t tag) {
+      if (!local())
+        return;
+      for (auto from : {via, origin}) {
+        auto i = self->state.peers.find(from);
+        if (i == self->state.peers.end())
+          continue;
+        auto& p = i->second;
+        p.tag_done = std::max(p.tag_done, tag);
+        auto end = p.tagged.upper_bound(p.tag_done);
+        for (auto r = p.tagged.begin(); r != end; ++r)
+          r->second.budget->release(r->second.bytes.size());
+        p.tagged.erase(p.tagged.begin(), end);
+      }
+    },
+    [=](data_expire_atom, std::uint64_t key) {
+      if (!local())
+        return;
+      auto& cs = self->state.tag_claims;
+      auto c = std::find_if(cs.begin(), cs.end(), [&](const tag_claim& c) {
+        return c.key == key;
+      });
+      if (c == cs.end())
+        return;
+      c->rp.deliver(make_error(errc::timeout,
+                               "relay round " + std::to_string(c->tag)
+                                 + " did not arrive in time"));
+      cs.erase(c);
     },
     [=](data_expire_atom, std::uint32_t peer, std::uint64_t id) {
       if (!local())

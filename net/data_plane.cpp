@@ -30,7 +30,21 @@ data_counters data_stats() noexcept {
   x.shm_sent = c.shm_sent.load();
   x.shm_received = c.shm_received.load();
   x.segments_open = open_segments();
+  x.relay_rounds = c.relay_rounds.load();
+  x.relay_forwarded = c.relay_forwarded.load();
+  x.relay_fallbacks = c.relay_fallbacks.load();
+  x.relay_mismatches = c.relay_mismatches.load();
   return x;
+}
+
+void count_relay(relay_counter which) noexcept {
+  auto& c = counters();
+  switch (which) {
+    case relay_counter::round: ++c.relay_rounds; break;
+    case relay_counter::forwarded: ++c.relay_forwarded; break;
+    case relay_counter::fallback: ++c.relay_fallbacks; break;
+    case relay_counter::mismatch: ++c.relay_mismatches; break;
+  }
 }
 
 std::uint64_t data_item::checksum() const {
@@ -80,7 +94,8 @@ void data_plane::spawn_thread(std::function<void()> fn) {
 }
 
 std::optional<std::uint64_t>
-data_plane::send(std::uint32_t peer, std::shared_ptr<const data_item> item) {
+data_plane::send(std::uint32_t peer, std::shared_ptr<const data_item> item,
+                 std::uint32_t tag) {
   std::lock_guard<std::mutex> guard{mtx_};
   auto i = out_.find(peer);
   if (i == out_.end())
@@ -90,7 +105,7 @@ data_plane::send(std::uint32_t peer, std::shared_ptr<const data_item> item) {
   if (link.dead)
     return std::nullopt;
   auto id = ++next_transfer_;
-  link.queue.push_back(out_link::job{job_transfer, id, std::move(item)});
+  link.queue.push_back(out_link::job{job_transfer, id, std::move(item), tag});
   link.cv.notify_one();
   return id;
 }
@@ -157,6 +172,12 @@ bool data_plane::can_send(std::uint32_t peer) const {
     return false;
   std::lock_guard<std::mutex> g2{i->second->mtx};
   return !i->second->dead;
+}
+
+bool data_plane::sends_same_host(std::uint32_t peer) const {
+  std::lock_guard<std::mutex> guard{mtx_};
+  auto i = out_.find(peer);
+  return i != out_.end() && i->second->same_host;
 }
 
 bool data_plane::wait_sendable(std::uint32_t peer,

@@ -96,6 +96,8 @@ struct data_plane::out_link {
     int kind = plane_detail::job_transfer;
     std::uint64_t id = 0;
     std::shared_ptr<const data_item> item;
+    // 0, or a relay round (always sent as a body).
+    std::uint32_t tag = 0;
   };
   std::uint32_t peer = 0;
   int fd = -1;

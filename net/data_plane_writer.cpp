@@ -37,7 +37,7 @@ void data_plane::run_writer(std::shared_ptr<out_link> link) {
       continue;
     }
     auto& bytes = job.item->bytes();
-    if (link->same_host) {
+    if (link->same_host && job.tag == 0) {
       if (auto seg = job.item->segment()) {
         auto frame = encode_ref(data_ref{static_cast<std::uint32_t>(seg->fd),
                                          job.id, seg->size, seg->tag});
@@ -61,7 +61,7 @@ void data_plane::run_writer(std::shared_ptr<out_link> link) {
       }
     }
     auto hdr = encode_header(
-      data_header{job.id, bytes.size(), job.item->checksum()});
+      data_header{job.id, bytes.size(), job.item->checksum(), job.tag});
     iovec iov[2];
     iov[0].iov_base = hdr.data();
     iov[0].iov_len = hdr.size();

@@ -73,6 +73,7 @@ std::optional<std::string> decode_ack(const char* data, std::size_t size) {
 std::array<char, data_header_size> encode_header(const data_header& x) {
   std::array<char, data_header_size> out{};
   std::memcpy(out.data(), "DXFR", 4);
+  put32(out.data() + 4, x.tag);
   put64(out.data() + 8, x.id);
   put64(out.data() + 16, x.size);
   put64(out.data() + 24, x.checksum);
@@ -80,10 +81,10 @@ std::array<char, data_header_size> encode_header(const data_header& x) {
 }
 
 std::optional<data_header> decode_header(const char* data, std::size_t size) {
-  if (size != data_header_size || std::memcmp(data, "DXFR", 4) != 0
-      || get32(data + 4) != 0)
+  if (size != data_header_size || std::memcmp(data, "DXFR", 4) != 0)
     return std::nullopt;
   data_header x;
+  x.tag = get32(data + 4);
   x.id = get64(data + 8);
   x.size = get64(data + 16);
   x.checksum = get64(data + 24);

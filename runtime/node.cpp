@@ -63,6 +63,10 @@ caf::expected<node> node::start(caf::actor_system& sys, node_config cfg) {
     dc.connect_timeout = c.connect_timeout;
     result.data_ = net::data_plane::make(sys, std::move(dc));
     bc.data = result.data_;
+    // Relays need members connected to each other: a mesh (dice-launch's
+    // default). A star, or peers attached by hand, keep the direct path.
+    bc.relay = c.relay && c.topo == topology::mesh;
+    bc.relay_deadline = c.relay_deadline;
   }
   result.router_ = sys.spawn(dice::router_behavior, std::move(bc));
   if (c.distributed && c.listen)

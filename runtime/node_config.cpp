@@ -261,6 +261,10 @@ node_system_config::node_system_config() {
     .add(data_channel, "data-channel",
          "send large snapshots to peers on data connections beside BASP "
          "(false: BASP only)")
+    .add(relay, "relay",
+         "in a mesh, send large snapshots to 3 or more remote peers down a "
+         "relay tree of them, each byte leaving this node about once "
+         "(false: one copy per peer)")
     .add(secret_file, "secret-file",
          "file with the cluster secret (peers must know it)")
     .add(deterministic, "deterministic",
@@ -302,6 +306,7 @@ caf::expected<node_config> make_node_config(const node_system_config& cfg) {
     result.restart_count = static_cast<std::int64_t>(n);
   }
   result.data_channel = cfg.data_channel;
+  result.relay = cfg.relay;
   if (!cfg.secret_file.empty()) {
     auto secret = load_secret(cfg.secret_file);
     if (!secret)

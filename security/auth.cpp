@@ -28,6 +28,17 @@ std::string random_nonce(std::size_t n) {
   return result;
 }
 
+std::string sha256(const void* data, std::size_t n) {
+  std::string out(32, '\0');
+  unsigned len = 0;
+  if (EVP_Digest(data, n, reinterpret_cast<unsigned char*>(out.data()), &len,
+                 EVP_sha256(), nullptr)
+        != 1
+      || len != out.size())
+    throw std::runtime_error("SHA-256 failed");
+  return out;
+}
+
 std::string hmac_sha256(const std::string& key, const std::string& data) {
   unsigned char out[EVP_MAX_MD_SIZE];
   unsigned int len = 0;

@@ -20,18 +20,96 @@
 
 namespace dice::bench::remote {
 
+namespace {
+
+// A collector of `remote_bench relay`: attaches to the learner and to the
+// collectors before it (--peers), waits until every other node of the
+// mesh is its peer with a data connection up, then subscribes and says
+// ready (an ack with seq 0). Each snapshot is acked with its version and
+// the checksum of the bytes it loaded (in `base`).
+int mesh_collector(caf::actor_system& sys, dice::node& dn, int argc,
+                   char** argv) {
+  auto node = dn.id();
+  auto n = static_cast<std::uint32_t>(num(argc, argv, "collectors", 1));
+  auto router = dn.router();
+  caf::scoped_actor self{sys};
+  auto attach = [&](std::uint16_t port) {
+    self->send(router, dice::attach_atom::value, std::string{"127.0.0.1"},
+               port);
+  };
+  attach(static_cast<std::uint16_t>(num(argc, argv, "port", 0)));
+  auto peers = arg(argc, argv, "peers", "");
+  for (std::size_t at = 0; at < peers.size();) {
+    auto end = peers.find(',', at);
+    if (end == std::string::npos)
+      end = peers.size();
+    attach(static_cast<std::uint16_t>(std::stoul(peers.substr(at, end - at))));
+    at = end + 1;
+  }
+  bool ok = true;
+  self->request(router, 60s, dice::peers_atom::value, n)
+    .receive([](std::uint32_t) {},
+             [&](caf::error&) {
+               ok = false;
+             });
+  for (std::uint32_t i = 0; ok && i <= n; ++i)
+    if (i != node && !dn.data_plane()->wait_sendable(i, 30s))
+      ok = false;
+  if (!ok)
+    _exit(2);
+  auto ack_topic = std::string{"ack"};
+  auto member = sys.spawn([=](caf::event_based_actor* me) -> caf::behavior {
+    return {[](const dice::peer_event&) {},
+            [=](const std::string&, const dice::model_snapshot& x) {
+              dice::context_delta d;
+              d.sender = node;
+              d.seq = static_cast<std::uint64_t>(x.version);
+              d.base = dice::checksum64(x.data.data(), x.data.size());
+              me->send(router, dice::publish_atom::value, ack_topic, node,
+                       caf::make_message(ack_topic, d));
+            }};
+  });
+  self->send(router, dice::join_atom::value, node, dice::role_set{}, member,
+             std::vector<std::string>{"model"});
+  self->receive([](const std::vector<dice::finish>&) {});
+  dice::context_delta ready;
+  ready.sender = node;
+  ready.seq = 0;
+  self->send(router, dice::publish_atom::value, ack_topic, node,
+             caf::make_message(ack_topic, ready));
+  for (;;)
+    std::this_thread::sleep_for(1h); // until the learner's SIGTERM
+}
+
+} // namespace
+
 // A collector node: answers each snapshot with an ack, or streams context.
 int collector_main(int argc, char** argv) {
   config cfg;
   caf::actor_system sys{cfg};
   auto node = static_cast<std::uint32_t>(num(argc, argv, "node", 1));
   auto mode = arg(argc, argv, "mode", "snapshot");
-  auto dn = start_node(sys, node, false, arg(argc, argv, "path", "data"));
+  auto mesh = num(argc, argv, "mesh", 0) != 0;
+  std::optional<dice::node> dn;
+  if (mesh) {
+    // In a mesh the collector listens too: its "listening on" line tells
+    // the learner its port.
+    auto nc = node_settings(node, true, "data");
+    nc.topo = dice::topology::mesh;
+    if (auto n = dice::node::start(sys, nc)) {
+      dn = std::move(*n);
+      dn->data_plane()->set_same_host(false);
+    }
+  } else {
+    dn = start_node(sys, node, false, arg(argc, argv, "path", "data"));
+  }
   if (!dn)
     _exit(4);
   auto router = dn->router();
   caf::scoped_actor self{sys};
   auto ack_topic = std::string{"ack"};
+  if (mode == "snapshot" && num(argc, argv, "mesh", 0) != 0)
+    return mesh_collector(sys, *dn, argc, argv);
   if (mode == "snapshot") {
     auto member = sys.spawn([=](caf::event_based_actor* me) -> caf::behavior {
       return {[](const dice::peer_event&) {},

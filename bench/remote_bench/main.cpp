@@ -12,11 +12,14 @@
 //   P]
 //     nodes as in the snapshot mode (the learner behind dice's listener and
 //     preamble, collectors dialling it), deltas of B transitions of K floats.
+//   remote_bench relay --collectors N --size S --rounds R [--relay 0|1]
+//     [--kill K] [--deadline S]: collectors in a mesh, the relay broadcast on
+//     or off (relay.cpp says more)
 // The parent is the learner; it forks N collector processes (this same
 // binary) that attach to its router on an ephemeral port. One JSON line out.
 //
 // One file per mode (tcp.cpp, snapshot.cpp, context.cpp, collector.cpp,
-// publisher.cpp); nodes.cpp holds what the node modes share.
+// publisher.cpp, relay.cpp); nodes.cpp holds what the node modes share.
 
 #include "dice/process/spawn.hpp"
 
@@ -30,8 +33,9 @@ namespace {
 
 // Options after the mode.
 const std::vector<std::string> known_options{
-  "size",   "rounds", "collectors", "obs",  "batch", "seconds", "chunk",
-  "window", "port",   "node",       "mode", "path",  "tls"};
+  "size",  "rounds", "collectors", "obs",  "batch", "seconds",
+  "chunk", "window", "port",       "node", "mode",  "path",
+  "tls",   "relay",  "kill",       "mesh", "peers", "deadline"};
 
 } // namespace
 
@@ -60,6 +64,8 @@ int main(int argc, char** argv) {
     return publisher_main(argc, argv);
   if (mode == "context")
     return context_main(argc, argv);
+  if (mode == "relay")
+    return relay_main(argc, argv);
   std::fprintf(stderr, "unknown mode %s\n", mode.c_str());
   return 1;
 }

@@ -94,5 +94,6 @@ int snapshot_main(int argc, char** argv);
 int context_main(int argc, char** argv);
 int collector_main(int argc, char** argv);
 int publisher_main(int argc, char** argv);
+int relay_main(int argc, char** argv);
 
 } // namespace dice::bench::remote

@@ -13,6 +13,7 @@
 #include "dice/messages/payload.hpp"
 #include "dice/messages/peer_event.hpp"
 #include "dice/messages/peer_hello.hpp"
+#include "dice/messages/relay_reference.hpp"
 #include "dice/messages/snapshot_chunk.hpp"
 #include "dice/messages/storage_ref.hpp"
 #include "dice/core/node_report.hpp"
@@ -36,6 +37,7 @@ CAF_BEGIN_TYPE_ID_BLOCK(dice, caf::first_custom_type_id)
   CAF_ADD_TYPE_ID(dice, (dice::peer_event))
   CAF_ADD_TYPE_ID(dice, (dice::context_ack))
   CAF_ADD_TYPE_ID(dice, (dice::event))
+  CAF_ADD_TYPE_ID(dice, (dice::relay_reference))
 
   /// Subscribes an actor to a topic on a router.
   CAF_ADD_ATOM(dice, dice, subscribe_atom, "subscribe")
@@ -78,6 +80,8 @@ CAF_BEGIN_TYPE_ID_BLOCK(dice, caf::first_custom_type_id)
   /// A router asks its gate to send a handshake request to a peer in the gate's
   /// name.
   CAF_ADD_ATOM(dice, dice, ask_atom, "ask")
+  /// A relay receiver tells the origin how a round went (router_relay.cpp).
+  CAF_ADD_ATOM(dice, dice, relay_atom, "relay")
 
 CAF_END_TYPE_ID_BLOCK(dice)
 

@@ -21,11 +21,13 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
 namespace dice::net {
 class data_plane;
+class data_item;
 } // namespace dice::net
 
 namespace dice {
@@ -78,6 +80,13 @@ using router_actor = caf::typed_actor<
   // snapshot whose bytes travel on the data plane (net/data_plane.hpp).
   caf::reacts_to<forward_atom, std::string, std::uint32_t, std::uint64_t,
                  model_snapshot>,
+  // forward(reference): a snapshot of the sending peer whose bytes come by
+  // relay (actors/router_relay.cpp).
+  caf::reacts_to<forward_atom, relay_reference>,
+  // relay(round, node, ok): a receiver's report on a relay round: `node`
+  // is itself (ok: delivered; else: send it directly) or a child it could
+  // not forward to.
+  caf::reacts_to<relay_atom, std::uint32_t, std::uint32_t, bool>,
   // done(peer node): every member of the peer is done.
   caf::reacts_to<done_atom, std::uint32_t>,
   // -- control ----------------------------------------------------------------
@@ -135,6 +144,32 @@ struct router_config {
   /// on their own connections beside BASP. Null: BASP only (the
   /// deterministic tests, and `--dice.data-channel=false`).
   std::shared_ptr<net::data_plane> data;
+  /// Relay broadcast (actors/router_relay.cpp): a large snapshot for at
+  /// least `relay_min_peers` remote peers with data connections (not
+  /// same-host) reaches them through a tree of fan-out 2 of those peers,
+  /// each forwarding on its data connections, instead of one copy each
+  /// from this node. False: `--dice.relay=false`, or a star topology.
+  bool relay = true;
+  /// Fewest such peers for which a relay pays.
+  std::size_t relay_min_peers = 3;
+  /// A receiver that has not confirmed a round this long after it started
+  /// gets the bytes directly.
+  caf::timespan relay_deadline = std::chrono::seconds{5};
+};
+
+/// A relay round this node started, until every receiver confirmed it.
+struct router_relay_round {
+  /// Topic and publisher of the snapshot.
+  std::string topic;
+  std::uint32_t sender = 0;
+  /// The bytes (and their transport checksum), for direct sends.
+  std::shared_ptr<const net::data_item> item;
+  /// Each receiver's upstream (this node or another receiver).
+  std::map<std::uint32_t, std::uint32_t> upstream;
+  /// Receivers that have not confirmed delivery.
+  std::set<std::uint32_t> pending;
+  /// Receivers this node already sent the bytes directly.
+  std::set<std::uint32_t> direct;
 };
 
 /// One subscriber of a topic.
@@ -229,6 +264,10 @@ struct router_state {
   std::map<caf::actor_addr, router_handshake> handshakes;
   /// Messages dropped from strangers, logged once per source.
   drop_log drops;
+  /// Open relay rounds this node started, by round.
+  std::map<std::uint32_t, router_relay_round> relay_rounds;
+  /// The last relay round this node started.
+  std::uint32_t relay_next = 0;
   /// Name in CAF's logs.
   static inline const char* name = "dice.router";
 };

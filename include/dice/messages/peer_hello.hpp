@@ -23,8 +23,10 @@ namespace dice {
 /// (net/data_auth.hpp) and run TLS when TLS is on. 7: acks are their own
 /// message (context_ack, from learners only) and any other registered type
 /// travels on a topic inside an `event` (messages/event.hpp); a learner
-/// group's text is such an event.
-inline constexpr std::uint32_t router_protocol_version = 7;
+/// group's text is such an event. 8: relay broadcast (a `relay_reference`
+/// from the origin, `(relay, round, node, ok)` back to it, and a relay
+/// round's tag in the data plane's transfer header).
+inline constexpr std::uint32_t router_protocol_version = 8;
 
 /// The handshake between two nodes: who the node is, what it listens to,
 /// and whether its run is over.

@@ -74,6 +74,16 @@ using ssl_ptr = std::unique_ptr<ssl_st, ssl_free_fn>;
 /// answered with `shared_bytes` once they arrived, or an error.
 using data_take_atom = caf::atom_constant<caf::atom("dataTake")>;
 
+/// Asks a data plane's inbox for the first transfer tagged `tag` from `via`
+/// or from `origin` (a relay round: `(data_take_tag_atom, via, origin,
+/// tag)`); answered with `shared_bytes`, or an error when it does not come
+/// in time or `origin` is lost.
+using data_take_tag_atom = caf::atom_constant<caf::atom("dataTakeT")>;
+
+/// Tells a data plane's inbox that relay round `tag` of `(via, origin)` is
+/// settled: tagged bytes up to `tag` from either, now or later, are dropped.
+using data_tag_done_atom = caf::atom_constant<caf::atom("dataTagD")>;
+
 /// Settings of a node's data plane.
 struct data_plane_config {
   /// This node's id.
@@ -127,6 +137,15 @@ struct basic_data_counters {
   T shm_received{};
   /// Same-host segments this process holds open now.
   T segments_open{};
+  /// Relay broadcast (actors/router_relay.cpp): rounds an origin started,
+  /// transfers a member forwarded for an origin, transfers an origin sent
+  /// directly because a relay path failed (peer lost, a receiver's
+  /// complaint, the deadline), and relayed bytes a receiver dropped because
+  /// their SHA-256 did not match the origin's reference.
+  T relay_rounds{};
+  T relay_forwarded{};
+  T relay_fallbacks{};
+  T relay_mismatches{};
 };
 
 /// What `data_stats()` returns.
@@ -134,6 +153,12 @@ using data_counters = basic_data_counters<std::uint64_t>;
 
 /// Current values of the process-wide counters.
 data_counters data_stats() noexcept;
+
+/// Which relay counter `count_relay` bumps.
+enum class relay_counter { round, forwarded, fallback, mismatch };
+
+/// Counts one relay event in the process-wide counters.
+void count_relay(relay_counter which) noexcept;
 
 /// Waits up to `timeout` until this process holds none of its own same-host
 /// segments (a writer may still be closing one just after its peer is
@@ -227,9 +252,12 @@ class data_plane {
 
   /// Queues `item` for `peer`; its transfer id, or nullopt when no data
   /// connection to `peer` is up (the caller sends over BASP and calls
-  /// `fell_back`).
+  /// `fell_back`). A nonzero `tag` (a relay round) travels in the header
+  /// and always as a body, never as a same-host reference; the receiver
+  /// claims it with `data_take_tag_atom`.
   std::optional<std::uint64_t> send(std::uint32_t peer,
-                                    std::shared_ptr<const data_item> item);
+                                    std::shared_ptr<const data_item> item,
+                                    std::uint32_t tag = 0);
 
   /// Counts a snapshot for `peer` that went over BASP instead (warns once
   /// per peer and connection failure).
@@ -243,6 +271,9 @@ class data_plane {
 
   /// True if a data connection to `peer` is up for sending.
   bool can_send(std::uint32_t peer) const;
+
+  /// True if untagged snapshots to `peer` go through same-host segments.
+  bool sends_same_host(std::uint32_t peer) const;
 
   /// Waits up to `timeout` until `peer` reads this process's segments (it
   /// answered the probe); true if it does.

@@ -5,7 +5,7 @@
 //
 //   bind      44 B  "DBND" direction 0 0 0  node[4]  mac_d[32]    dialer
 //   ack       36 B  "DACK" mac_a[32]                               acceptor
-//   transfer  32 B  "DXFR" 0 0 0 0  id[8]  size[8]  checksum[8]    writer
+//   transfer  32 B  "DXFR" tag[4]  id[8]  size[8]  checksum[8]     writer
 //             then `size` bytes
 //   probe     32 B  "DPRB" 0 0 0 0  pid[4]  fd[4]  token[16]     writer
 //   probe ok  32 B  "DPOK" 0...                                   writer
@@ -17,6 +17,9 @@
 // /proc/PID/fd/N answers "probe ok" on its own writer, and from then on the
 // other side sends references to sealed memfd segments instead of bodies;
 // each reference is answered with a release once read.
+//
+// A transfer's tag is 0, or a relay round (actors/router_relay.cpp): the
+// receiver claims tagged bytes by (sender, tag) instead of by id.
 //
 // direction 0: the dialer writes transfers, the acceptor reads them;
 // direction 1: the other way round. mac_d and mac_a prove the control
@@ -72,6 +75,8 @@ struct data_header {
   std::uint64_t size = 0;
   /// checksum64 of those bytes.
   std::uint64_t checksum = 0;
+  /// 0, or the relay round the bytes belong to.
+  std::uint32_t tag = 0;
 };
 
 /// Encodes a transfer header.

@@ -124,6 +124,13 @@ struct node_config {
   /// Large snapshots to peers travel on data connections beside BASP
   /// (net/data_plane.hpp); false: BASP only, as before protocol v4.
   bool data_channel = true;
+  /// Large snapshots for many remote peers go down a relay tree of them
+  /// (actors/router_relay.cpp); only in a mesh, where members are
+  /// connected to each other.
+  bool relay = true;
+  /// A relay receiver that has not confirmed a round this long gets the
+  /// bytes directly (router_config::relay_deadline).
+  caf::timespan relay_deadline = std::chrono::seconds{5};
   /// Part of a cluster (false: the embedded single-process mode).
   bool distributed = false;
   /// Cluster secret (empty: none); peers prove they know it before any
@@ -190,6 +197,8 @@ class node_system_config : public caf::actor_system_config {
   bool insecure = false;
   /// dice.data-channel.
   bool data_channel = true;
+  /// dice.relay.
+  bool relay = true;
   /// dice.secret-file: a file holding the cluster secret.
   std::string secret_file;
   /// dice.deterministic: run the embedded (one-process) mode on one thread

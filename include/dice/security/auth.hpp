@@ -22,6 +22,9 @@ std::string random_nonce(std::size_t n = 32);
 /// HMAC-SHA256 of `data` under `key` (32 raw bytes).
 std::string hmac_sha256(const std::string& key, const std::string& data);
 
+/// SHA-256 of `n` bytes at `data` (32 raw bytes; OpenSSL EVP).
+std::string sha256(const void* data, std::size_t n);
+
 /// Constant-time equality of two MACs.
 bool same_mac(const std::string& x, const std::string& y) noexcept;
 
