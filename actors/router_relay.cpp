@@ -22,6 +22,9 @@ namespace dice::router_detail {
 
 namespace {
 
+// Most children a relay reference may name.
+constexpr std::size_t max_relay_fanout = 8;
+
 // Sends round `round` directly to `node`, once (a receiver may ask twice:
 // its upstream was gone when the reference came, and the origin saw the
 // loss too).
@@ -155,12 +158,24 @@ std::vector<std::uint32_t> relay_route(router_ptr self,
   auto round = ++st.relay_next;
   if (round == 0)
     round = ++st.relay_next;
-  // A tree of fan-out 2 in heap order: this node at the root, order[i] at
-  // position i + 1; its children are order[2i+2] and order[2i+3].
+  // A tree of fan-out k in heap order: this node at the root, order[i] at
+  // position i + 1; its children are order[k(i+1)] .. order[k(i+1)+k-1],
+  // its upstream order[i/k - 1] (this node when i < k).
+  auto k = std::clamp<std::size_t>(st.cfg.relay_fanout, 1, max_relay_fanout);
   router_relay_round r;
   r.topic = topic;
   r.sender = sender;
   r.item = std::make_shared<const net::data_item>(x.data);
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    r.upstream.emplace(order[i], i < k ? st.cfg.node : order[i / k - 1]);
+    r.pending.insert(order[i]);
+  }
+  // The bytes first: the writers start while this node hashes them.
+  for (std::size_t i = 0; i < std::min(k, order.size()); ++i)
+    if (!dp->send(order[i], r.item, round)) {
+      send_direct(self, r, round, order[i]);
+      reroute_below(self, r, round, order[i]);
+    }
   auto digest = sha256(x.data.data(), x.data.size());
   auto header = x;
   header.data = shared_bytes{};
@@ -170,22 +185,14 @@ std::vector<std::uint32_t> relay_route(router_ptr self,
     ref.sender = sender;
     ref.round = round;
     ref.digest = digest;
-    ref.upstream = i < 2 ? st.cfg.node : order[i / 2 - 1];
-    for (auto c : {2 * i + 2, 2 * i + 3})
-      if (c < order.size())
-        ref.children.push_back(order[c]);
+    ref.upstream = r.upstream[order[i]];
+    for (auto c = k * (i + 1); c < std::min(k * (i + 2), order.size()); ++c)
+      ref.children.push_back(order[c]);
     ref.header = header;
-    r.upstream.emplace(order[i], ref.upstream);
-    r.pending.insert(order[i]);
     to_peer(self, find_peer(self, order[i])->handle, forward_atom::value,
             std::move(ref));
   }
   net::count_relay(net::relay_counter::round);
-  for (std::size_t i = 0; i < std::min<std::size_t>(2, order.size()); ++i)
-    if (!dp->send(order[i], r.item, round)) {
-      send_direct(self, r, round, order[i]);
-      reroute_below(self, r, round, order[i]);
-    }
   st.relay_rounds.emplace(round, std::move(r));
   // A bounded number of rounds in flight: the oldest is settled directly.
   while (st.relay_rounds.size() > 16) {
@@ -208,10 +215,9 @@ void relay_deadline(router_ptr self, std::uint32_t round) {
     if (r.direct.count(d) == 0)
       late.push_back(d);
     else
-      log::warning(st.cfg.node, "node " + std::to_string(d)
-                                  + " did not confirm relay round "
-                                  + std::to_string(round)
-                                  + ", sent to it directly");
+      log::warning(st.cfg.node,
+                   "node " + std::to_string(d) + " did not confirm relay round "
+                     + std::to_string(round) + ", sent to it directly");
   for (auto d : late)
     send_direct(self, r, round, d);
   st.relay_rounds.erase(i);
@@ -279,8 +285,15 @@ void peer_relay_reference(router_ptr self, const router_peer& p,
          "it names another node as its sender");
     return;
   }
-  if (x.round == 0 || x.digest.size() != 32 || x.children.size() > 2
-      || x.upstream == st.cfg.node) {
+  // As for any forward: only topics this node subscribed to (the origin's
+  // deadline then serves this node's subtree directly).
+  if (!subscribed_here(self, x.topic)) {
+    drop(self, trust_event::unknown_topic, src, what,
+         "a topic this node never subscribed to");
+    return;
+  }
+  if (x.round == 0 || x.digest.size() != 32
+      || x.children.size() > max_relay_fanout || x.upstream == st.cfg.node) {
     drop(self, trust_event::message_rejected, src, what, "it is malformed");
     return;
   }

@@ -67,6 +67,7 @@ caf::expected<node> node::start(caf::actor_system& sys, node_config cfg) {
     // default). A star, or peers attached by hand, keep the direct path.
     bc.relay = c.relay && c.topo == topology::mesh;
     bc.relay_deadline = c.relay_deadline;
+    bc.relay_fanout = c.relay_fanout;
   }
   result.router_ = sys.spawn(dice::router_behavior, std::move(bc));
   if (c.distributed && c.listen)

@@ -13,8 +13,8 @@
 //     nodes as in the snapshot mode (the learner behind dice's listener and
 //     preamble, collectors dialling it), deltas of B transitions of K floats.
 //   remote_bench relay --collectors N --size S --rounds R [--relay 0|1]
-//     [--kill K] [--deadline S]: collectors in a mesh, the relay broadcast on
-//     or off (relay.cpp says more)
+//     [--kill K] [--deadline S] [--fanout K]: collectors in a mesh, the relay
+//     broadcast on or off (relay.cpp says more)
 // The parent is the learner; it forks N collector processes (this same
 // binary) that attach to its router on an ephemeral port. One JSON line out.
 //
@@ -33,9 +33,9 @@ namespace {
 
 // Options after the mode.
 const std::vector<std::string> known_options{
-  "size",  "rounds", "collectors", "obs",  "batch", "seconds",
-  "chunk", "window", "port",       "node", "mode",  "path",
-  "tls",   "relay",  "kill",       "mesh", "peers", "deadline"};
+  "size",   "rounds", "collectors", "obs",      "batch", "seconds", "chunk",
+  "window", "port",   "node",       "mode",     "path",  "tls",     "relay",
+  "kill",   "mesh",   "peers",      "deadline", "fanout"};
 
 } // namespace
 

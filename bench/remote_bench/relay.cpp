@@ -8,7 +8,8 @@
 // stopped (SIGSTOP) before the middle round and killed (SIGKILL) once a
 // first collector acked that round, so its subtree is waiting on it; every
 // other collector must still ack every version, once and in order.
-// --deadline S: the learner's relay deadline (default 5 s).
+// --deadline S: the learner's relay deadline (default 5 s); --fanout K:
+// children per node of the relay tree (default 2; 1 is a chain).
 // Also the process behind tests/net/relay_process_test.cpp.
 
 #include "dice/actors/router.hpp"
@@ -117,12 +118,14 @@ int relay_main(int argc, char** argv) {
   auto relay = num(argc, argv, "relay", 1) != 0;
   auto kill = num(argc, argv, "kill", 0);
   auto deadline = num(argc, argv, "deadline", 5);
+  auto fanout = num(argc, argv, "fanout", 2);
   config cfg;
   caf::actor_system sys{cfg};
   auto nc = node_settings(0, true, "data");
   nc.topo = dice::topology::mesh;
   nc.relay = relay;
   nc.relay_deadline = std::chrono::seconds{deadline};
+  nc.relay_fanout = static_cast<std::size_t>(fanout);
   std::cout.setstate(std::ios::failbit); // its "listening on" line
   auto dn = dice::node::start(sys, nc);
   std::cout.clear();
@@ -240,6 +243,7 @@ int relay_main(int argc, char** argv) {
     {{"mode", "relay"},
      {"relay", relay},
      {"collectors", n},
+     {"fanout", fanout},
      {"size", size},
      {"round_s", med},
      {"max_round_s", worst},

@@ -8,6 +8,7 @@
 #include "dice/messages/learner_group_hello.hpp"
 #include "dice/messages/model_snapshot.hpp"
 #include "dice/messages/payload.hpp"
+#include "dice/messages/relay_reference.hpp"
 #include "dice/messages/shared_bytes.hpp"
 #include "dice/messages/storage_ref.hpp"
 #include "dice/core/node_report.hpp"
@@ -57,6 +58,17 @@ std::atomic<std::size_t> largest_alloc{0};
 [[gnu::noinline]] void operator delete(void* p, std::size_t) noexcept {
   std::free(p);
 }
+
+namespace dice {
+
+// For the round trip below (the router never compares references).
+bool operator==(const relay_reference& x, const relay_reference& y) {
+  return x.topic == y.topic && x.sender == y.sender && x.round == y.round
+    && x.digest == y.digest && x.upstream == y.upstream
+    && x.children == y.children && x.header == y.header;
+}
+
+} // namespace dice
 
 namespace {
 
@@ -256,6 +268,20 @@ TEST_F(Messages, StorageRefRoundTrips) {
   check_round_trip(dice::storage_ref{});
   check_round_trip(dice::storage_ref{dice::storage_kind::shm, "/dice-3-17",
                                      "host-a", 4096, 0xDEADBEEFCAFEull, 3});
+}
+
+TEST_F(Messages, RelayReferenceRoundTrips) {
+  check_round_trip(dice::relay_reference{});
+  dice::relay_reference x;
+  x.topic = "model";
+  x.sender = 0;
+  x.round = 7;
+  x.digest = std::string(32, '\x5a');
+  x.upstream = 3;
+  x.children = {7, 8};
+  x.header = small_snapshot();
+  x.header.data = shared_bytes{};
+  check_round_trip(x);
 }
 
 TEST_F(Messages, FinishRoundTrips) {

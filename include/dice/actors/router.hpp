@@ -152,6 +152,9 @@ struct router_config {
   bool relay = true;
   /// Fewest such peers for which a relay pays.
   std::size_t relay_min_peers = 3;
+  /// Children per node of the relay tree (1: a chain; at most 8). This
+  /// node sends `relay_fanout` copies a round.
+  std::size_t relay_fanout = 2;
   /// A receiver that has not confirmed a round this long after it started
   /// gets the bytes directly.
   caf::timespan relay_deadline = std::chrono::seconds{5};

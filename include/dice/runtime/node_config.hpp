@@ -131,6 +131,8 @@ struct node_config {
   /// A relay receiver that has not confirmed a round this long gets the
   /// bytes directly (router_config::relay_deadline).
   caf::timespan relay_deadline = std::chrono::seconds{5};
+  /// Children per node of the relay tree (router_config::relay_fanout).
+  std::size_t relay_fanout = 2;
   /// Part of a cluster (false: the embedded single-process mode).
   bool distributed = false;
   /// Cluster secret (empty: none); peers prove they know it before any
