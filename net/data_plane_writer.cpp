@@ -67,12 +67,16 @@ void data_plane::run_writer(std::shared_ptr<out_link> link) {
     iov[0].iov_len = hdr.size();
     iov[1].iov_base = const_cast<std::uint8_t*>(bytes.data());
     iov[1].iov_len = bytes.size();
+    // Counted before the write: a receiver's answer to these bytes can then
+    // never overtake the count (benchmarks read it at the answer).
+    counters().bytes_sent += bytes.size();
+    ++counters().transfers_sent;
     if (!write_all(link->fd, link->ssl.get(), iov, bytes.size() > 0 ? 2 : 1)) {
+      counters().bytes_sent -= bytes.size();
+      --counters().transfers_sent;
       why = std::string{"write failed: "} + std::strerror(errno);
       break;
     }
-    counters().bytes_sent += bytes.size();
-    ++counters().transfers_sent;
   }
   {
     std::lock_guard<std::mutex> guard{link->mtx};
