@@ -108,7 +108,7 @@ int collector_main(int argc, char** argv) {
   auto router = dn->router();
   caf::scoped_actor self{sys};
   auto ack_topic = std::string{"ack"};
-  if (mode == "snapshot" && num(argc, argv, "mesh", 0) != 0)
+  if (mode == "snapshot" && mesh)
     return mesh_collector(sys, *dn, argc, argv);
   if (mode == "snapshot") {
     auto member = sys.spawn([=](caf::event_based_actor* me) -> caf::behavior {
