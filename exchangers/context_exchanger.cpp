@@ -28,7 +28,7 @@ namespace {
 
 struct context_exchanger_state {
   context_exchanger_state(const context_exchanger_options& x,
-                  std::shared_ptr<context_exchange_stats> s)
+                          std::shared_ptr<context_exchange_stats> s)
     : opts(x), stats(std::move(s)), delivery(x, stats) {
     // nop
   }

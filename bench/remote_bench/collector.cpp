@@ -22,6 +22,26 @@ namespace dice::bench::remote {
 
 namespace {
 
+// The member that answers each snapshot with an ack on "ack" (seq: the
+// snapshot's version; with `checksum`, the bytes' checksum in `base`, which
+// the relay mode compares with the learner's).
+caf::actor spawn_acker(caf::actor_system& sys, const dice::router_actor& router,
+                       std::uint32_t node, bool checksum) {
+  auto ack_topic = std::string{"ack"};
+  return sys.spawn([=](caf::event_based_actor* me) -> caf::behavior {
+    return {[](const dice::peer_event&) {},
+            [=](const std::string&, const dice::model_snapshot& x) {
+              dice::context_delta d;
+              d.sender = node;
+              d.seq = static_cast<std::uint64_t>(x.version);
+              if (checksum)
+                d.base = dice::checksum64(x.data.data(), x.data.size());
+              me->send(router, dice::publish_atom::value, ack_topic, node,
+                       caf::make_message(ack_topic, d));
+            }};
+  });
+}
+
 // A collector of `remote_bench relay`: attaches to the learner and to the
 // collectors before it (--peers), waits until every other node of the
 // mesh is its peer with a data connection up, then subscribes and says
@@ -58,17 +78,7 @@ int mesh_collector(caf::actor_system& sys, dice::node& dn, int argc,
   if (!ok)
     _exit(2);
   auto ack_topic = std::string{"ack"};
-  auto member = sys.spawn([=](caf::event_based_actor* me) -> caf::behavior {
-    return {[](const dice::peer_event&) {},
-            [=](const std::string&, const dice::model_snapshot& x) {
-              dice::context_delta d;
-              d.sender = node;
-              d.seq = static_cast<std::uint64_t>(x.version);
-              d.base = dice::checksum64(x.data.data(), x.data.size());
-              me->send(router, dice::publish_atom::value, ack_topic, node,
-                       caf::make_message(ack_topic, d));
-            }};
-  });
+  auto member = spawn_acker(sys, router, node, true);
   self->send(router, dice::join_atom::value, node, dice::role_set{}, member,
              std::vector<std::string>{"model"});
   self->receive([](const std::vector<dice::finish>&) {});
@@ -111,16 +121,7 @@ int collector_main(int argc, char** argv) {
   if (mode == "snapshot" && mesh)
     return mesh_collector(sys, *dn, argc, argv);
   if (mode == "snapshot") {
-    auto member = sys.spawn([=](caf::event_based_actor* me) -> caf::behavior {
-      return {[](const dice::peer_event&) {},
-              [=](const std::string&, const dice::model_snapshot& x) {
-                dice::context_delta d;
-                d.sender = node;
-                d.seq = static_cast<std::uint64_t>(x.version);
-                me->send(router, dice::publish_atom::value, ack_topic, node,
-                         caf::make_message(ack_topic, d));
-              }};
-    });
+    auto member = spawn_acker(sys, router, node, false);
     self->send(router, dice::join_atom::value, node, dice::role_set{}, member,
                std::vector<std::string>{"model"});
     self->receive([](const std::vector<dice::finish>&) {});
