@@ -11,15 +11,16 @@
 // medians in seconds.
 
 #include "dice/actors/gate.hpp"
-#include "dice/runtime/node.hpp"
 #include "dice/core/errc.hpp"
 #include "dice/logging/log.hpp"
+#include "dice/runtime/node.hpp"
 
 #include "caf/actor_system.hpp"
 #include "caf/io/middleman.hpp"
 #include "caf/scoped_actor.hpp"
 
 #include "bench_options.hpp"
+#include "loopback.hpp"
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -52,14 +53,11 @@ double median(std::vector<double> xs) {
 
 // Raw TCP: connect, one byte there and back.
 std::vector<double> tcp_rounds(long rounds) {
-  int ls = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(ls, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  ::getsockname(ls, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::listen(ls, 16);
+  std::uint16_t port = 0;
+  int ls = dice::bench::listen_loopback(16, port);
+  if (ls < 0)
+    return {};
+  auto addr = dice::bench::loopback_address(port);
   std::thread echo{[&] {
     for (long r = 0; r < rounds; ++r) {
       int s = ::accept(ls, nullptr, nullptr);
@@ -97,7 +95,8 @@ std::vector<double> attach_rounds(long rounds, std::uint16_t port,
     auto router = make_router(sys, static_cast<std::uint32_t>(r + 1));
     caf::scoped_actor self{sys};
     auto t0 = clk::now();
-    self->send(router, dice::attach_atom::value, std::string{"127.0.0.1"}, port);
+    self->send(router, dice::attach_atom::value, std::string{"127.0.0.1"},
+               port);
     bool ok = false;
     self->request(router, 10s, dice::peers_atom::value, std::uint32_t{1})
       .receive(

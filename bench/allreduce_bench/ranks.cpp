@@ -4,6 +4,7 @@
 #include "dice/core/errc.hpp"
 
 #include "allreduce_bench.hpp"
+#include "loopback.hpp"
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -124,15 +125,9 @@ bool setup_rank0(rank_state& s) {
     ports[m] = g->store_port();
     s.groups.push_back(std::move(*g));
   }
-  int ls = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(ls, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  ::getsockname(ls, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::listen(ls, 1);
-  ports[mode_count] = ntohs(addr.sin_port);
+  int ls = listen_loopback(1, ports[mode_count]);
+  if (ls < 0)
+    return false;
   if (!send_all(s.control, ports, sizeof(ports)))
     return false;
   for (auto& g : s.groups)

@@ -1,5 +1,6 @@
 // Raw TCP, one stream over loopback: the baseline of the snapshot figures.
 
+#include "loopback.hpp"
 #include "remote_bench.hpp"
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -13,14 +14,11 @@
 namespace dice::bench::remote {
 
 int tcp_main(long size, long rounds) {
-  int ls = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(ls, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  ::getsockname(ls, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::listen(ls, 1);
+  std::uint16_t port = 0;
+  int ls = listen_loopback(1, port);
+  if (ls < 0)
+    return 1;
+  auto addr = loopback_address(port);
   auto pid = ::fork();
   if (pid == 0) {
     int s = ::socket(AF_INET, SOCK_STREAM, 0);
