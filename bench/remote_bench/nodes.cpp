@@ -64,15 +64,22 @@ std::optional<dice::node> start_node(caf::actor_system& sys, std::uint32_t id,
   return std::move(*dn);
 }
 
+std::vector<std::string> collector_argv(int argc, char** argv,
+                                        std::uint16_t port, long node) {
+  std::vector<std::string> result{"/proc/self/exe", "collector",
+                                  "--port",         std::to_string(port),
+                                  "--node",         std::to_string(node)};
+  for (int j = 2; j < argc; ++j)
+    result.emplace_back(argv[j]);
+  return result;
+}
+
 std::vector<pid_t> fork_collectors(int argc, char** argv, long n,
                                    std::uint16_t port) {
   std::vector<pid_t> pids;
   for (long i = 0; i < n; ++i) {
     dice::process::spawn_options opts;
-    opts.argv = {"/proc/self/exe",     "collector", "--port",
-                 std::to_string(port), "--node",    std::to_string(i + 1)};
-    for (int j = 2; j < argc; ++j)
-      opts.argv.emplace_back(argv[j]);
+    opts.argv = collector_argv(argc, argv, port, i + 1);
     opts.output = dice::process::capture::none;
     // Collectors run until the learner's SIGTERM: or until it is gone.
     opts.death_signal = SIGTERM;

@@ -84,10 +84,7 @@ std::optional<std::vector<pid_t>> start_mesh(int argc, char** argv, long n,
   std::string peers;
   for (long i = 0; i < n; ++i) {
     dice::process::spawn_options opts;
-    opts.argv = {"/proc/self/exe",     "collector", "--port",
-                 std::to_string(port), "--node",    std::to_string(i + 1)};
-    for (int j = 2; j < argc; ++j)
-      opts.argv.emplace_back(argv[j]);
+    opts.argv = collector_argv(argc, argv, port, i + 1);
     opts.argv.insert(opts.argv.end(), {"--path", "data", "--mesh", "1"});
     if (!peers.empty())
       opts.argv.insert(opts.argv.end(), {"--peers", peers});

@@ -60,6 +60,11 @@ dice::node_config node_settings(std::uint32_t id, bool listen,
 std::optional<dice::node> start_node(caf::actor_system& sys, std::uint32_t id,
                                      bool listen, const std::string& path);
 
+/// The command line of collector `node` (1-based): this program in
+/// collector mode with the learner's `port` and the bench's own options.
+std::vector<std::string> collector_argv(int argc, char** argv,
+                                        std::uint16_t port, long node);
+
 /// Starts `n` collector processes (this binary, mode collector, with the
 /// parent's options) that attach to `port`.
 std::vector<pid_t> fork_collectors(int argc, char** argv, long n,
