@@ -68,6 +68,35 @@ void reroute_below(router_ptr self, router_relay_round& r, std::uint32_t round,
     send_direct(self, r, round, d);
 }
 
+void relay_received(router_ptr self, std::shared_ptr<relay_reference> ref,
+                    caf::actor origin, std::uint32_t via, shared_bytes bytes,
+                    bool direct);
+
+// Claims round `ref->round`'s bytes from `via` (handling nothing else until
+// they are there, so the snapshot keeps its place among the origin's
+// messages); on failure, drops the model and releases the round.
+void await_relayed(router_ptr self, std::shared_ptr<relay_reference> ref,
+                   caf::actor origin, std::uint32_t via, std::uint32_t from,
+                   bool direct) {
+  auto dp = self->state.cfg.data;
+  auto timeout = dp->config().io_timeout + std::chrono::seconds{1};
+  self
+    ->request(dp->inbox(), timeout, net::data_take_tag_atom::value, via, from,
+              ref->round)
+    .await(
+      [=](shared_bytes& bytes) {
+        relay_received(self, ref, origin, via, std::move(bytes), direct);
+      },
+      [=](caf::error& err) {
+        log::warning(self->state.cfg.node,
+                     "dropped model v" + std::to_string(ref->header.version)
+                       + " from node " + std::to_string(from) + " on topic '"
+                       + ref->topic + "': " + render(err));
+        caf::anon_send(dp->inbox(), net::data_tag_done_atom::value,
+                       ref->upstream, from, ref->round);
+      });
+}
+
 // Delivers relayed bytes once their digest matches; else asks the origin.
 void relay_received(router_ptr self, std::shared_ptr<relay_reference> ref,
                     caf::actor origin, std::uint32_t via, shared_bytes bytes,
@@ -114,21 +143,7 @@ void relay_received(router_ptr self, std::shared_ptr<relay_reference> ref,
     return;
   }
   // The origin answers the report with the bytes itself.
-  auto timeout = dp->config().io_timeout + std::chrono::seconds{1};
-  self
-    ->request(dp->inbox(), timeout, net::data_take_tag_atom::value, from, from,
-              ref->round)
-    .await(
-      [=](shared_bytes& b) {
-        relay_received(self, ref, origin, from, std::move(b), true);
-      },
-      [=](caf::error& err) {
-        log::warning(me,
-                     "dropped model v" + std::to_string(ref->header.version)
-                       + " from node " + std::to_string(from) + ": "
-                       + render(err));
-        settle();
-      });
+  await_relayed(self, ref, origin, from, from, true);
 }
 
 } // namespace
@@ -299,7 +314,6 @@ void peer_relay_reference(router_ptr self, const router_peer& p,
   }
   auto origin = p.handle;
   auto from = p.node;
-  auto dp = st.cfg.data;
   auto via = x.upstream;
   // An upstream that is no peer of this node cannot send: ask the origin.
   if (via != from && !find_peer(self, via)) {
@@ -307,22 +321,7 @@ void peer_relay_reference(router_ptr self, const router_peer& p,
     via = from;
   }
   auto ref = std::make_shared<relay_reference>(std::move(x));
-  auto timeout = dp->config().io_timeout + std::chrono::seconds{1};
-  self
-    ->request(dp->inbox(), timeout, net::data_take_tag_atom::value, via, from,
-              ref->round)
-    .await(
-      [=](shared_bytes& bytes) {
-        relay_received(self, ref, origin, via, std::move(bytes), false);
-      },
-      [=](caf::error& err) {
-        log::warning(self->state.cfg.node,
-                     "dropped model v" + std::to_string(ref->header.version)
-                       + " from node " + std::to_string(from) + " on topic '"
-                       + ref->topic + "': " + render(err));
-        caf::anon_send(dp->inbox(), net::data_tag_done_atom::value,
-                       ref->upstream, from, ref->round);
-      });
+  await_relayed(self, ref, origin, via, from, false);
 }
 
 } // namespace dice::router_detail
