@@ -3,10 +3,6 @@
 
 namespace dice::spool_detail {
 
-std::string sys_error(const std::string& what) {
-  return what + ": " + std::strerror(errno);
-}
-
 std::string incarnation_hex(std::uint64_t incarnation) {
   char buf[17];
   std::snprintf(buf, sizeof(buf), "%016llx",

@@ -62,7 +62,7 @@ struct spool_name {
   std::uint64_t segment = 0;
 };
 
-std::string sys_error(const std::string& what);
+using dice::sys_error;
 std::string incarnation_hex(std::uint64_t incarnation);
 std::optional<spool_name> parse_name(const std::string& name);
 caf::error write_all(int fd, const char* p, std::size_t n,

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
 
 namespace dice {
 
@@ -46,6 +47,10 @@ bool pread_all(int fd, void* data, std::size_t n, off_t at) {
                   [fd](char* p, std::size_t k, off_t pos) {
                     return ::pread(fd, p, k, pos);
                   });
+}
+
+std::string sys_error(const std::string& what) {
+  return what + ": " + std::strerror(errno);
 }
 
 } // namespace dice

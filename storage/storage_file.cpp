@@ -4,10 +4,6 @@
 
 namespace dice::storage_detail {
 
-std::string sys_error(const std::string& what) {
-  return what + ": " + std::strerror(errno);
-}
-
 // A unique name per save: node, process, a counter and a random tag (two
 // runs of one node id never collide).
 // ".PID.TAG." of this process: part of every name it creates.

@@ -28,7 +28,7 @@
 
 namespace dice::storage_detail {
 
-std::string sys_error(const std::string& what);
+using dice::sys_error;
 const std::string& own_tag();
 std::string unique_name(const storage_options& opts, const char* suffix);
 // Bytes written or read per system call on the storage paths: hashed just

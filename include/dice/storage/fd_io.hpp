@@ -6,6 +6,7 @@
 #include <sys/types.h>
 
 #include <cstddef>
+#include <string>
 
 namespace dice {
 
@@ -17,5 +18,8 @@ bool pwrite_all(int fd, const void* data, std::size_t n, off_t at);
 
 /// Reads exactly `n` bytes at offset `at`; false at end of file or on error.
 bool pread_all(int fd, void* data, std::size_t n, off_t at);
+
+/// "`what`: <strerror(errno)>", for the error a failed call above leaves.
+std::string sys_error(const std::string& what);
 
 } // namespace dice
