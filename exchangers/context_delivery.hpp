@@ -72,6 +72,15 @@ class context_delivery {
   /// Cumulative ack: every seq up to what `applied` settled of `key`.
   void send_ack(const sender_key& key);
 
+  /// Acks `key` again (its sender resent a duplicate, so the ack may have
+  /// been lost), up to what was acknowledged before and no further: in a
+  /// learner group, what is applied but not yet counted must stay unacked.
+  void reack(const sender_key& key);
+
+  /// A learner of a group took `key` over: its group counted it up to
+  /// `upto`, which this learner may acknowledge.
+  void settle(const sender_key& key, std::uint64_t upto);
+
   /// Acks every stream applied since the last merge.
   void ack_merged();
 
@@ -155,6 +164,7 @@ class context_delivery {
   void arm_resend();
   void on_resend_timer();
   void on_recovered_ack(const context_ack& ack);
+  void fast_resend(const context_ack& ack);
 
   context_exchanger_options opts_;
   std::shared_ptr<context_exchange_stats> stats_;
@@ -166,6 +176,11 @@ class context_delivery {
   // Receiver: streams applied since the last merge (acked then), and what
   // waits unmerged (the learner's bounded buffer).
   std::set<sender_key> to_ack_;
+  // The highest ack sent (or counted by the group) per stream: what `reack`
+  // repeats. Bounded like `applied`.
+  std::map<sender_key, std::uint64_t> acked_;
+  void raise_acked(const sender_key& key, std::uint64_t upto);
+  void send_upto(const sender_key& key, std::uint64_t upto);
   std::size_t box_deltas_ = 0;
   std::size_t box_bytes_ = 0;
 
@@ -179,6 +194,8 @@ class context_delivery {
   std::map<std::uint64_t, std::deque<unacked_delta>> recovered_;
   bool republished_ = false;
   bool resend_armed_ = false;
+  // The last seq fast_resend sent again (once per delta).
+  std::uint64_t fast_resent_ = 0;
   bool acked_any_ = false;
 };
 

@@ -93,9 +93,10 @@ struct context_exchanger_state {
       count(trust_event::duplicate_dropped);
       log::debug(svc->node_id(), "dropped duplicate delta {} from node {}",
                  d.seq, d.sender);
-      // The sender resent it, so our ack may have been lost: ack again.
+      // The sender resent it, so our ack may have been lost: ack again
+      // (no further than before: see reack).
       if (has(role::learner))
-        delivery.send_ack({d.sender, d.incarnation});
+        delivery.reack({d.sender, d.incarnation});
       return;
     }
     auto bytes = detail::context_inbox::bytes_of(d);
@@ -108,6 +109,8 @@ struct context_exchanger_state {
       return;
     }
     applied.mark(d);
+    log::debug(svc->node_id(), "applied delta {} from node {} (base {}, +{})",
+               d.seq, d.sender, d.base, d.env_step.value_or(0));
     // The stream a collector sends new deltas on is its current one; a
     // resend (a restarted collector republishing its predecessor's deltas
     // from the spool, say) that is only a duplicate does not move it back.
@@ -311,7 +314,8 @@ middleware context_exchanger(context_exchanger_options opts) {
       p->settle = [weak](std::uint32_t c, std::uint64_t incarnation,
                          std::uint64_t upto) {
         if (auto s = weak.lock()) {
-          s->delivery.applied.settle({c, incarnation}, upto);
+          s->delivery.settle({c, incarnation}, upto);
+          log::debug(s->svc->node_id(), "settled node {} up to {}", c, upto);
           s->delivery.last_incarnation[c] = incarnation;
         }
       };
@@ -375,9 +379,10 @@ middleware context_exchanger(context_exchanger_options opts) {
                 "context exchange: sent " + std::to_string(x.deltas_sent)
                   + ", resent " + std::to_string(x.deltas_resent) + " ("
                   + std::to_string(x.deltas_resent_on_connect)
-                  + " on reconnect)" + ", spooled "
-                  + std::to_string(x.deltas_spooled) + ", recovered "
-                  + std::to_string(x.deltas_recovered) + ", unacked at stop "
+                  + " on reconnect, " + std::to_string(x.deltas_fast_resent)
+                  + " fast)" + ", spooled " + std::to_string(x.deltas_spooled)
+                  + ", recovered " + std::to_string(x.deltas_recovered)
+                  + ", unacked at stop "
                   + std::to_string(st->delivery.unacked()) + ", window waits "
                   + std::to_string(x.window_waits) + ", acks sent "
                   + std::to_string(x.acks_sent) + ", refused "

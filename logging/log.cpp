@@ -4,6 +4,8 @@
 #include <spdlog/sinks/stdout_sinks.h>
 
 #include <atomic>
+#include <cstdlib>
+#include <string>
 #include <thread>
 
 namespace dice::log {
@@ -29,6 +31,17 @@ struct state {
     logger->set_pattern("%H:%M:%S.%e %-7l %v");
     // dice's threshold filters; the logger passes what reaches it.
     logger->set_level(spdlog::level::trace);
+    // DICE_LOG_LEVEL=debug shows the per-delta lines (acks, duplicates,
+    // resends) in every process a launcher starts, without a flag per tool.
+    if (auto* env = std::getenv("DICE_LOG_LEVEL")) {
+      std::string x{env};
+      if (x == "debug")
+        threshold = level::debug;
+      else if (x == "warning")
+        threshold = level::warning;
+      else if (x == "error")
+        threshold = level::error;
+    }
   }
 
   std::shared_ptr<spdlog::logger> logger;

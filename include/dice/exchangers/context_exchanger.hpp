@@ -1,8 +1,8 @@
 #pragma once
 
 #include "dice/actors/storage_loader.hpp"
-#include "dice/runtime/middleware.hpp"
 #include "dice/core/role.hpp"
+#include "dice/runtime/middleware.hpp"
 
 #include "caf/timespan.hpp"
 
@@ -26,6 +26,9 @@ struct context_exchange_stats {
   /// Of those, deltas resent at once because a learner (re)connected
   /// (peer_event) instead of after `resend_timeout`.
   std::atomic<std::uint64_t> deltas_resent_on_connect{0};
+  /// Of those, deltas resent at once because an ack stopped just below them
+  /// (the learner took later deltas but lacks this one).
+  std::atomic<std::uint64_t> deltas_fast_resent{0};
   /// Acks a collector received that freed at least one delta.
   std::atomic<std::uint64_t> acks_received{0};
   /// Acks a learner published.
@@ -71,8 +74,8 @@ struct context_partition {
   /// Set by the exchanger when it attaches: acknowledges every delta merged
   /// so far.
   std::function<void()> ack_now;
-  /// Set by the exchanger: the latest incarnation heard from `collector` and the
-  /// seq up to which its deltas are settled here ({0, 0}: none heard).
+  /// Set by the exchanger: the latest incarnation heard from `collector` and
+  /// the seq up to which its deltas are settled here ({0, 0}: none heard).
   std::function<std::pair<std::uint64_t, std::uint64_t>(std::uint32_t)>
     watermark;
   /// Set by the exchanger: treats `collector`'s deltas of `incarnation` up to
