@@ -22,11 +22,12 @@ struct run_result {
 
 // Runs the example with a deadline and parses its JSON lines.
 run_result run_example(std::vector<std::string> args,
-                       std::string* output = nullptr) {
+                       std::string* output = nullptr,
+                       std::vector<std::string> env = {}) {
   run_result result;
   args.insert(args.begin(),
               std::string{DICE_BINARY_DIR} + "/bin/hello_exchange");
-  dice::test::child_process p{std::move(args)};
+  dice::test::child_process p{std::move(args), std::move(env)};
   auto rc = p.wait_exit(std::chrono::seconds{120});
   result.exit_code = rc ? *rc : -1;
   for (auto& line : p.lines())
@@ -105,6 +106,18 @@ TEST(HelloExchange, OptionWithoutItsValueIsNamed) {
   EXPECT_EQ(res.exit_code, 1);
   EXPECT_NE(out.find("option '--steps' needs a value"), std::string::npos)
     << out;
+}
+
+// DICE_LOG_LEVEL=debug shows the per-delta lines (applied, acked), which
+// are off by default; the run's results do not change.
+TEST(HelloExchange, DiceLogLevelDebugShowsPerDeltaLines) {
+  std::string quiet;
+  check_run(run_example({"--steps=5"}, &quiet), 5, 2);
+  EXPECT_EQ(quiet.find(" debug "), std::string::npos) << quiet;
+  std::string loud;
+  check_run(run_example({"--steps=5"}, &loud, {"DICE_LOG_LEVEL=debug"}), 5, 2);
+  EXPECT_NE(loud.find("applied delta"), std::string::npos) << loud;
+  EXPECT_NE(loud.find("ack to node"), std::string::npos) << loud;
 }
 
 // caf_main's failure is the process's exit code (CAF 0.17's own CAF_MAIN
