@@ -1,7 +1,7 @@
 #include "dice/actors/gate.hpp"
 
-#include "dice/security/senders.hpp"
 #include "dice/core/errc.hpp"
+#include "dice/security/senders.hpp"
 #include "dice/security/trust.hpp"
 
 #include "caf/downstream_msg.hpp"
@@ -31,8 +31,8 @@ class gate : public caf::event_based_actor {
 
   gate(caf::actor_config& cfg, caf::actor router, std::uint32_t node,
        caf::timespan timeout)
-    : super(cfg), router_(std::move(router)), router_addr_(router_.address()), node_(node),
-      timeout_(timeout) {
+    : super(cfg), router_(std::move(router)), router_addr_(router_.address()),
+      node_(node), timeout_(timeout) {
     // nop
   }
 
@@ -141,7 +141,8 @@ class gate : public caf::event_based_actor {
             });
         return rp;
       },
-      // -- from other nodes: peer traffic, checked by the router -----------------
+      // -- from other nodes: peer traffic, checked by the router
+      // -----------------
       [this](subscribe_atom, std::string& topic, std::uint32_t node) {
         if (from_remote("a peer subscription"))
           delegate(router_, subscribe_atom::value, std::move(topic), node);
@@ -151,6 +152,10 @@ class gate : public caf::event_based_actor {
         if (from_remote("a forward"))
           delegate(router_, forward_atom::value, std::move(topic), sender,
                    std::move(msg));
+      },
+      [this](forward_atom, forward_batch& b) {
+        if (from_remote("a forward batch"))
+          delegate(router_, forward_atom::value, std::move(b));
       },
       [this](forward_atom, snapshot_chunk& c) {
         if (from_remote("a snapshot chunk"))
@@ -228,10 +233,10 @@ class gate : public caf::event_based_actor {
     if (current_sender() == caf::actor_cast<caf::strong_actor_ptr>(router_))
       return true;
     auto& src = current_sender();
-    drops_.drop(node_,
-                src ? trust_event::stranger_dropped
-                    : trust_event::anonymous_dropped,
-                src, what, "only the node's router asks its gate", clock().now());
+    drops_.drop(
+      node_,
+      src ? trust_event::stranger_dropped : trust_event::anonymous_dropped, src,
+      what, "only the node's router asks its gate", clock().now());
     return false;
   }
 

@@ -44,8 +44,12 @@ router_actor::behavior_type router_behavior(router_ptr self,
                    "ignored an exit message from a remote actor");
       return;
     }
-    if (em.reason != caf::exit_reason::normal)
+    if (em.reason != caf::exit_reason::normal) {
+      // What queued for peers still goes (the flush would never run).
+      for (auto& kvp : self->state.outboxes)
+        flush_outbox(self, kvp.second.peer);
       self->quit(em.reason);
+    }
   });
   // CAF's default error handler would stop the router. A member of this node
   // may answer a peer_event it does not handle with an error: ignored.
@@ -169,6 +173,16 @@ router_actor::behavior_type router_behavior(router_ptr self,
           return caf::make_message(subscribe_atom::value, topic, node);
         });
     },
+    [=](forward_atom, forward_batch& b) {
+      with_peer(
+        self, "a forward batch",
+        [&](router_peer& p, const caf::strong_actor_ptr& src) {
+          peer_batch(self, p, src, b);
+        },
+        [&] {
+          return caf::make_message(forward_atom::value, std::move(b));
+        });
+    },
     [=](forward_atom, snapshot_chunk& c) {
       with_peer(
         self, "a snapshot chunk",
@@ -254,6 +268,17 @@ router_actor::behavior_type router_behavior(router_ptr self,
       if (!local_only(self, "a gate request"))
         return make_error(errc::unauthorized, "gate from a stranger");
       return self->state.gate;
+    },
+    [=](flush_atom) {
+      if (self->current_sender().get() != self->ctrl()) {
+        drop(self,
+             self->current_sender() ? trust_event::stranger_dropped
+                                    : trust_event::anonymous_dropped,
+             self->current_sender(), "a flush",
+             "only the router flushes its outboxes");
+        return;
+      }
+      flush_outboxes(self);
     },
     [=](tick_atom, std::uint32_t kind, std::uint64_t id) {
       auto& st = self->state;

@@ -2,10 +2,10 @@
 // the handshake through the gate, the secret challenge, and the checks on
 // everything a peer sends (it speaks only for itself, on topics this node
 // subscribed to).
-#include "router_impl.hpp"
-
 #include "dice/messages/context_ack.hpp"
 #include "dice/messages/event.hpp"
+
+#include "router_impl.hpp"
 
 namespace dice::router_detail {
 
@@ -264,6 +264,9 @@ void replay(router_ptr self, const caf::actor& handle,
       [&](forward_atom, std::string& topic, std::uint32_t sender,
           caf::message& msg) {
         peer_forward(self, *p, src, topic, sender, msg);
+      },
+      [&](forward_atom, forward_batch& b) {
+        peer_batch(self, *p, src, b);
       },
       [&](forward_atom, snapshot_chunk& c) {
         peer_chunk(self, *p, src, c);

@@ -46,9 +46,22 @@ void tell(router_ptr self, const caf::actor& dest, Ts&&... xs) {
                std::forward<Ts>(xs)...);
 }
 
+// -- coalescing (router_coalesce.cpp) ----------------------------------------
+
+// Sends what queued for `peer` now (anything else to it must not overtake).
+void flush_outbox(router_ptr self, const caf::actor& peer);
+// The (flush) the router sent itself: sends what queued for every peer.
+void flush_outboxes(router_ptr self);
+// A forward to a peer: at once to an idle peer, else queued for the flush.
+void send_forward(router_ptr self, const caf::actor& peer,
+                  const std::string& topic, std::uint32_t sender,
+                  const caf::message& msg);
+
 // Sends to a peer in the gate's name: no id but the gate's leaves the node.
+// What queued for the peer goes first, so nothing overtakes a forward.
 template <class... Ts>
 void to_peer(router_ptr self, const caf::actor& peer, Ts&&... xs) {
+  flush_outbox(self, peer);
   caf::send_as(self->state.gate, peer, std::forward<Ts>(xs)...);
 }
 
@@ -121,6 +134,8 @@ answer_challenge(router_ptr self, const caf::actor& from,
 void peer_forward(router_ptr self, const router_peer& p,
                   const caf::strong_actor_ptr& src, const std::string& topic,
                   std::uint32_t sender, const caf::message& msg);
+void peer_batch(router_ptr self, const router_peer& p,
+                const caf::strong_actor_ptr& src, forward_batch& b);
 void peer_chunk(router_ptr self, const router_peer& p,
                 const caf::strong_actor_ptr& src, snapshot_chunk& c);
 void peer_data_reference(router_ptr self, const router_peer& p,

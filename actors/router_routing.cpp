@@ -100,7 +100,7 @@ void forward_to_peer(router_ptr self, const caf::actor& peer,
     return;
   auto& chunks = forms.chunks;
   if (!st.chunks.splits(msg)) {
-    to_peer(self, peer, forward_atom::value, topic, sender, msg);
+    send_forward(self, peer, topic, sender, msg);
     return;
   }
   if (chunks.empty())

@@ -34,6 +34,7 @@ caf::expected<node> node::start(caf::actor_system& sys, node_config cfg) {
   router_config bc;
   bc.node = c.id;
   bc.roles = c.roles;
+  bc.coalesce = c.coalesce;
   bc.expect_peers = c.distributed;
   bc.peer_loss_timeout = c.peer_loss_timeout;
   bc.connect_timeout = c.connect_timeout;

@@ -242,6 +242,7 @@ caf::expected<node_config> make_node_config(const node_system_config& cfg) {
   }
   result.data_channel = cfg.data_channel;
   result.relay = cfg.relay;
+  result.coalesce = cfg.coalesce;
   if (!cfg.secret_file.empty()) {
     auto secret = load_secret(cfg.secret_file);
     if (!secret)

@@ -59,6 +59,9 @@ node_system_config::node_system_config() {
          "in a mesh, send large snapshots to 3 or more remote peers down a "
          "relay tree of them, each byte leaving this node about once "
          "(false: one copy per peer)")
+    .add(coalesce, "coalesce",
+         "send forwards that queue for a peer while the router is busy as "
+         "one message (false: one BASP message each)")
     .add(secret_file, "secret-file",
          "file with the cluster secret (peers must know it)")
     .add(deterministic, "deterministic",

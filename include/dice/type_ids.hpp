@@ -9,6 +9,7 @@
 #include "dice/messages/context_delta.hpp"
 #include "dice/messages/event.hpp"
 #include "dice/messages/finish.hpp"
+#include "dice/messages/forward_batch.hpp"
 #include "dice/messages/model_snapshot.hpp"
 #include "dice/messages/payload.hpp"
 #include "dice/messages/peer_event.hpp"
@@ -38,6 +39,8 @@ CAF_BEGIN_TYPE_ID_BLOCK(dice, caf::first_custom_type_id)
   CAF_ADD_TYPE_ID(dice, (dice::context_ack))
   CAF_ADD_TYPE_ID(dice, (dice::event))
   CAF_ADD_TYPE_ID(dice, (dice::relay_reference))
+  CAF_ADD_TYPE_ID(dice, (dice::forwarded))
+  CAF_ADD_TYPE_ID(dice, (dice::forward_batch))
 
   /// Subscribes an actor to a topic on a router.
   CAF_ADD_ATOM(dice, dice, subscribe_atom, "subscribe")

@@ -5,8 +5,8 @@
 // (io::network::test_multiplexer). No sockets, no real time. (CAF's
 // io_dsl.hpp needs CAF's own test engine; this drives the same loop.)
 
-#include "dice/actors/router.hpp"
 #include "dice/actors/gate.hpp"
+#include "dice/actors/router.hpp"
 #include "dice/messages/context_delta.hpp"
 #include "dice/messages/peer_event.hpp"
 #include "dice/type_ids.hpp"
@@ -70,6 +70,8 @@ struct member_state {
   std::vector<finish> finishes;
   std::vector<peer_event> peer_events;
   int done = 0;
+  /// Deltas received before each finish (what arrived in which order).
+  std::vector<std::size_t> deltas_at_finish;
 };
 
 using member_actor = caf::stateful_actor<member_state>;
@@ -94,6 +96,7 @@ inline caf::behavior member(member_actor* self) {
     },
     [=](const finish& x) {
       self->state.finishes.push_back(x);
+      self->state.deltas_at_finish.push_back(self->state.deltas.size());
     },
     [=](done_atom) {
       ++self->state.done;

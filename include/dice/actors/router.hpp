@@ -1,10 +1,11 @@
 #pragma once
 
+#include "dice/core/role.hpp"
+#include "dice/messages/finish.hpp"
+#include "dice/messages/forward_batch.hpp"
+#include "dice/messages/peer_hello.hpp"
 #include "dice/net/chunker.hpp"
 #include "dice/security/senders.hpp"
-#include "dice/messages/finish.hpp"
-#include "dice/messages/peer_hello.hpp"
-#include "dice/core/role.hpp"
 #include "dice/type_ids.hpp"
 
 #include "caf/actor.hpp"
@@ -74,6 +75,8 @@ using router_actor = caf::typed_actor<
   caf::reacts_to<subscribe_atom, std::string, std::uint32_t>,
   // forward(topic, sender node, message): a peer's publish.
   caf::reacts_to<forward_atom, std::string, std::uint32_t, caf::message>,
+  // forward(batch): forwards that queued while the peer's router was busy.
+  caf::reacts_to<forward_atom, forward_batch>,
   // forward(chunk): a piece of a large snapshot a peer published.
   caf::reacts_to<forward_atom, snapshot_chunk>,
   // forward(topic, sender node, transfer, snapshot without its bytes): a
@@ -97,7 +100,9 @@ using router_actor = caf::typed_actor<
   // gate -> the actor to publish for this node.
   caf::replies_to<gate_atom>::with<caf::actor>,
   // internal timers: (tick, kind, id)
-  caf::reacts_to<tick_atom, std::uint32_t, std::uint64_t>>;
+  caf::reacts_to<tick_atom, std::uint32_t, std::uint64_t>,
+  // internal: sends what queued for peers since the last (flush)
+  caf::reacts_to<flush_atom>>;
 
 /// Most messages a router keeps from a peer whose handshake answer has not
 /// arrived yet (its backlog for this node, sent just before the answer).
@@ -158,6 +163,13 @@ struct router_config {
   /// A receiver that has not confirmed a round this long after it started
   /// gets the bytes directly.
   caf::timespan relay_deadline = std::chrono::seconds{5};
+  /// Coalescing (router_routing.cpp): forwards that queue for a peer while
+  /// the router is busy go out as one forward_batch. The first forward to an
+  /// idle peer always goes at once. False: `--dice.coalesce=false`.
+  bool coalesce = true;
+  /// A context delta with more payload bytes than this is never batched
+  /// (it is its own message already; batching would only delay it).
+  std::size_t coalesce_bytes = 64 * 1024;
 };
 
 /// A relay round this node started, until every receiver confirmed it.
@@ -222,6 +234,19 @@ struct router_handshake {
   std::vector<caf::message> early;
 };
 
+/// Forwards waiting for one peer (router_routing.cpp, "Coalescing").
+struct router_outbox {
+  /// The peer's gate.
+  caf::actor peer;
+  /// Queued since the last flush, in publish order.
+  std::vector<forwarded> items;
+  /// Payload bytes of `items` (context deltas only; others count as small).
+  std::size_t bytes = 0;
+  /// A forward went out since the last flush: more may follow while the
+  /// router is busy, so they queue here until the next (flush).
+  bool armed = false;
+};
+
 /// State of a router.
 struct router_state {
   /// Settings.
@@ -271,12 +296,30 @@ struct router_state {
   std::map<std::uint32_t, router_relay_round> relay_rounds;
   /// The last relay round this node started.
   std::uint32_t relay_next = 0;
+  /// Forwards waiting per peer gate.
+  std::map<caf::actor_addr, router_outbox> outboxes;
+  /// A (flush) to itself is in the mailbox.
+  bool flush_pending = false;
   /// Name in CAF's logs.
   static inline const char* name = "dice.router";
 };
 
+/// Process-wide coalescing counters (router_coalesce.cpp).
+struct router_counters {
+  /// forward_batch messages routers of this process sent.
+  std::uint64_t batches_sent = 0;
+  /// Forwards that went inside them.
+  std::uint64_t forwards_batched = 0;
+  /// forward_batch messages routers of this process took from peers.
+  std::uint64_t batches_received = 0;
+};
+
+/// Current values of the coalescing counters.
+router_counters router_stats() noexcept;
+
 /// Behaviour of a router.
-router_actor::behavior_type router_behavior(router_actor::stateful_pointer<router_state> self,
-                             router_config cfg);
+router_actor::behavior_type
+router_behavior(router_actor::stateful_pointer<router_state> self,
+                router_config cfg);
 
 } // namespace dice

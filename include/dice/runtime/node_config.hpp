@@ -128,6 +128,9 @@ struct node_config {
   /// (actors/router_relay.cpp); only in a mesh, where members are
   /// connected to each other.
   bool relay = true;
+  /// Forwards that queue for a peer go as one batch
+  /// (router_config::coalesce).
+  bool coalesce = true;
   /// A relay receiver that has not confirmed a round this long gets the
   /// bytes directly (router_config::relay_deadline).
   caf::timespan relay_deadline = std::chrono::seconds{5};
@@ -201,6 +204,8 @@ class node_system_config : public caf::actor_system_config {
   bool data_channel = true;
   /// dice.relay.
   bool relay = true;
+  /// dice.coalesce.
+  bool coalesce = true;
   /// dice.secret-file: a file holding the cluster secret.
   std::string secret_file;
   /// dice.deterministic: run the embedded (one-process) mode on one thread
