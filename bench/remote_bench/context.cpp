@@ -10,7 +10,10 @@
 
 #include "remote_bench.hpp"
 
+#include <atomic>
+#include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace dice::bench::remote {
@@ -30,51 +33,62 @@ int context_main(int argc, char** argv) {
   auto router = dn->router();
   caf::scoped_actor self{sys};
   auto topic = std::string{"context_exchanger_collector"};
+  // The learner is an event-based actor, as a learner's role actor is (a
+  // blocking scoped actor added a thread wake-up to every delta): it counts
+  // transitions from `counting` on and acks each delta on its collector's
+  // own topic (a message names the node that publishes it; the router drops
+  // one naming another as forged).
+  struct tally {
+    std::atomic<std::uint64_t> transitions{0};
+    std::atomic<std::uint64_t> bytes{0};
+    std::atomic<bool> counting{false};
+  };
+  auto t = std::make_shared<tally>();
+  auto learner = sys.spawn([t, router](caf::event_based_actor* me) {
+    return caf::behavior{
+      [t, router, me](const std::string&, const dice::context_delta& d) {
+        if (t->counting) {
+          t->transitions += dice::item_count(d.trajectories);
+          for (auto& p : d.trajectories)
+            t->bytes += p.bytes.size();
+        }
+        auto ack = "ack" + std::to_string(d.sender);
+        dice::context_delta a;
+        a.sender = 0;
+        a.seq = d.seq;
+        me->send(router, dice::publish_atom::value, ack, std::uint32_t{0},
+                 caf::make_message(ack, a));
+      },
+      [](const std::vector<dice::finish>&) {},
+    };
+  });
   self->send(router, dice::join_atom::value, std::uint32_t{0}, dice::role_set{},
-             caf::actor{self}, std::vector<std::string>{topic});
-  self->receive([](const std::vector<dice::finish>&) {});
+             learner, std::vector<std::string>{topic});
   auto started = start_collectors(self, router, argc, argv,
                                   {"--mode", "context", "--path", path}, n,
                                   dn->port());
   if (!started)
     return 2;
   auto pids = std::move(*started);
-  std::uint64_t transitions = 0;
-  std::uint64_t bytes = 0;
-  auto handle = [&](const std::string&, const dice::context_delta& d) {
-    transitions += dice::item_count(d.trajectories);
-    for (auto& p : d.trajectories)
-      bytes += p.bytes.size();
-    // Each collector has its own ack topic: a message names the node that
-    // publishes it (the router drops one naming another as forged).
-    auto ack = "ack" + std::to_string(d.sender);
-    dice::context_delta a;
-    a.sender = 0;
-    a.seq = d.seq;
-    self->send(router, dice::publish_atom::value, ack, std::uint32_t{0},
-               caf::make_message(ack, a));
-  };
   // Warm-up, then count.
-  auto warm = clk::now() + 500ms;
-  while (clk::now() < warm)
-    self->receive(
-      handle, caf::after(1s) >> [] {});
-  transitions = 0;
-  bytes = 0;
+  std::this_thread::sleep_for(500ms);
+  t->counting = true;
   auto t0 = clk::now();
-  auto end = t0
-    + std::chrono::duration_cast<clk::duration>(
-               std::chrono::duration<double>(seconds));
-  while (clk::now() < end)
-    self->receive(
-      handle, caf::after(1s) >> [] {});
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  t->counting = false;
   auto dt = secs(clk::now() - t0);
+  auto transitions = t->transitions.load();
+  auto bytes = t->bytes.load();
+  auto rs = dice::router_stats();
   stop_all(pids);
+  caf::anon_send_exit(learner, caf::exit_reason::user_shutdown);
   print_json({{"mode", "context"},
               {"collectors", n},
               {"obs", obs},
               {"transitions_per_s", static_cast<double>(transitions) / dt},
-              {"bytes_per_s", static_cast<double>(bytes) / dt}});
+              {"bytes_per_s", static_cast<double>(bytes) / dt},
+              {"batches_received", rs.batches_received},
+              {"acks_batched", rs.forwards_batched}});
   dn->stop();
   return 0;
 }

@@ -33,9 +33,9 @@ namespace {
 
 // Options after the mode.
 const std::vector<std::string> known_options{
-  "size",   "rounds", "collectors", "obs",      "batch", "seconds", "chunk",
-  "window", "port",   "node",       "mode",     "path",  "tls",     "relay",
-  "kill",   "mesh",   "peers",      "deadline", "fanout"};
+  "size",   "rounds", "collectors", "obs",      "batch",  "seconds", "chunk",
+  "window", "port",   "node",       "mode",     "path",   "tls",     "relay",
+  "kill",   "mesh",   "peers",      "deadline", "fanout", "coalesce"};
 
 } // namespace
 
@@ -53,6 +53,7 @@ int main(int argc, char** argv) {
       !why.empty())
     return dice::bench::refuse("remote_bench", why, known_options);
   tls_dir = arg(argc, argv, "tls", "");
+  coalesce = arg(argc, argv, "coalesce", "1") != "0";
   if (mode == "tcp")
     return tcp_main(num(argc, argv, "size", 6'800'000),
                     num(argc, argv, "rounds", 10));

@@ -19,6 +19,7 @@
 namespace dice::bench::remote {
 
 std::string tls_dir;
+bool coalesce = true;
 
 config::config() {
   load<caf::io::middleman>();
@@ -41,6 +42,7 @@ dice::node_config node_settings(std::uint32_t id, bool listen,
   nc.port = 0;
   nc.peer_loss_timeout = std::chrono::hours{1};
   nc.data_channel = path != "basp";
+  nc.coalesce = coalesce;
   if (!tls_dir.empty())
     nc.tls = {tls_dir + "/cert.pem", tls_dir + "/key.pem", tls_dir + "/ca.pem"};
   return nc;

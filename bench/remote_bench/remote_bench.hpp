@@ -26,6 +26,9 @@ using namespace std::chrono_literals;
 /// --tls DIR (empty: no TLS).
 extern std::string tls_dir;
 
+/// --coalesce 0|1: routers batch forwards that queue for a peer (default 1).
+extern bool coalesce;
+
 /// The value of `--name` after the mode, or `fallback`.
 inline std::string arg(int argc, char** argv, const std::string& name,
                        const std::string& fallback) {
