@@ -99,6 +99,21 @@ struct context_exchanger_state {
         delivery.reack({d.sender, d.incarnation});
       return;
     }
+    // A learner of a group applies a stream in order only: what it counts
+    // must be exactly what its watermark (the stream's settled seq) says,
+    // because a learner that takes the collector over settles to that seq.
+    // A delta counted past a gap was counted twice once its resend reached
+    // the new owner (LearnerGroupRun.RestartedLearnerRejoins... counted 320
+    // env steps twice). Refused, unacked, it comes again; the stale ack
+    // makes the collector resend the missing one at once.
+    if (has(role::learner) && opts.partition && opts.partition->defer_acks
+        && d.seq > applied.upto({d.sender, d.incarnation}) + 1) {
+      ++stats->deltas_past_gap;
+      log::debug(svc->node_id(), "delta {} from node {} is past a gap at {}",
+                 d.seq, d.sender, applied.upto({d.sender, d.incarnation}));
+      delivery.reack({d.sender, d.incarnation});
+      return;
+    }
     auto bytes = detail::context_inbox::bytes_of(d);
     // While finishing, iterations are over and senders will not resend:
     // take what still arrives (their windows bound it).
