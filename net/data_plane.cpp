@@ -30,6 +30,7 @@ data_counters data_stats() noexcept {
   x.shm_sent = c.shm_sent.load();
   x.shm_received = c.shm_received.load();
   x.segments_open = open_segments();
+  x.segments_mapped = mapped_segments();
   x.relay_rounds = c.relay_rounds.load();
   x.relay_forwarded = c.relay_forwarded.load();
   x.relay_fallbacks = c.relay_fallbacks.load();

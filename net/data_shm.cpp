@@ -1,9 +1,8 @@
 #include "data_shm.hpp"
 
-#include "dice/net/data_plane.hpp"
-
-#include "dice/security/auth.hpp"
 #include "dice/core/errc.hpp"
+#include "dice/net/data_plane.hpp"
+#include "dice/security/auth.hpp"
 #include "dice/storage/fd_io.hpp"
 
 #include <fcntl.h>
@@ -12,10 +11,10 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <condition_variable>
-#include <mutex>
 #include <cerrno>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
 
 namespace dice::net {
 
@@ -26,8 +25,30 @@ constexpr char magic[8] = {'D', 'I', 'C', 'E', 'S', 'H', 'M', '1'};
 constexpr int seals = F_SEAL_SEAL | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE;
 
 std::atomic<std::uint64_t> segments{0};
+std::atomic<std::uint64_t> mappings{0};
 std::mutex segments_mtx;
 std::condition_variable segments_closed;
+
+// A peer's segment mapped read-only; unmapped with the last handle of the
+// bytes it holds.
+struct segment_mapping {
+  void* addr;
+  std::size_t len;
+
+  segment_mapping(void* a, std::size_t n) : addr(a), len(n) {
+    ++mappings;
+  }
+
+  segment_mapping(const segment_mapping&) = delete;
+  segment_mapping& operator=(const segment_mapping&) = delete;
+
+  ~segment_mapping() {
+    ::munmap(addr, len);
+    std::lock_guard<std::mutex> guard{segments_mtx};
+    if (--mappings == 0)
+      segments_closed.notify_all();
+  }
+};
 
 std::uint64_t random_u64() {
   auto r = random_nonce(8);
@@ -74,14 +95,14 @@ std::shared_ptr<shm_segment> make_segment(const std::uint8_t* data,
   return seg;
 }
 
-caf::expected<writable_bytes> read_segment(pid_t pid, int fd, std::uint64_t tag,
-                                           std::uint64_t size) {
+caf::expected<shared_bytes> read_segment(pid_t pid, int fd, std::uint64_t tag,
+                                         std::uint64_t size) {
   auto in = open_peer_fd(pid, fd);
   if (in < 0)
     return make_error(errc::storage_missing,
                       std::string{"cannot open the peer's segment: "}
                         + std::strerror(errno));
-  auto fail = [&](const char* why) -> caf::expected<writable_bytes> {
+  auto fail = [&](const char* why) -> caf::expected<shared_bytes> {
     ::close(in);
     return make_error(errc::malformed_input, why);
   };
@@ -89,7 +110,9 @@ caf::expected<writable_bytes> read_segment(pid_t pid, int fd, std::uint64_t tag,
   char header[24];
   std::uint64_t got_tag = 0;
   std::uint64_t got_size = 0;
-  // Sealed: the sender can no longer change or shrink it under us.
+  // Sealed: the sender can no longer change, shrink or grow it, so the
+  // mapping below never changes under its readers and never faults past
+  // the end of the file (SIGBUS).
   if ((::fcntl(in, F_GET_SEALS) & seals) != seals)
     return fail("the peer's segment is not sealed");
   if (::fstat(in, &st) != 0
@@ -101,21 +124,28 @@ caf::expected<writable_bytes> read_segment(pid_t pid, int fd, std::uint64_t tag,
   std::memcpy(&got_size, header + 16, 8);
   if (got_tag != tag || got_size != size)
     return fail("the peer's segment is another one");
-  // A copy, not a mapping: receivers that mapped the segment privately
-  // (MAP_POPULATE) made a 6.8 MB round to 3 same-host collectors slower
-  // (24-31 ms against 14-20 ms, remote_bench --path shm, 4 paired runs):
-  // 4 KiB tmpfs pages against the copy's huge pages, and the segment's
-  // pages freed by the receivers' unmaps.
-  writable_bytes buf;
-  try {
-    buf = writable_bytes{static_cast<std::size_t>(size)};
-  } catch (const std::bad_alloc&) {
-    return fail("cannot allocate the destination");
+  if (size == 0) {
+    ::close(in);
+    return shared_bytes{};
   }
-  if (!pread_all(in, buf.data(), static_cast<std::size_t>(size), header_bytes))
-    return fail("cannot read the peer's segment");
-  ::close(in);
-  return buf;
+  // A shared read-only view of the sender's pages: no copy, and no
+  // MAP_POPULATE (the pages are faulted in, 16 at a time by fault-around,
+  // by whoever reads them). An earlier private mapping with MAP_POPULATE
+  // was slower than a copy; see docs/storage.md for the figures of both.
+  auto len = static_cast<std::size_t>(size);
+  auto addr = ::mmap(nullptr, len, PROT_READ, MAP_SHARED, in,
+                     static_cast<off_t>(header_bytes));
+  if (addr == MAP_FAILED)
+    return fail("cannot map the peer's segment");
+  ::close(in); // the mapping keeps the memfd alive
+  std::shared_ptr<const void> owner;
+  try {
+    owner = std::make_shared<const segment_mapping>(addr, len);
+  } catch (const std::bad_alloc&) {
+    ::munmap(addr, len);
+    return make_error(errc::malformed_input, "cannot track the mapping");
+  }
+  return shared_bytes{owner, static_cast<const std::uint8_t*>(addr), len};
 }
 
 shm_probe::~shm_probe() {
@@ -151,10 +181,22 @@ std::uint64_t open_segments() noexcept {
   return segments.load();
 }
 
+std::uint64_t mapped_segments() noexcept {
+  return mappings.load();
+}
+
+bool wait_segments_unmapped(caf::timespan timeout) {
+  std::unique_lock<std::mutex> guard{segments_mtx};
+  return segments_closed.wait_for(guard, timeout, [] {
+    return mappings.load() == 0;
+  });
+}
+
 bool wait_segments_closed(caf::timespan timeout) {
   std::unique_lock<std::mutex> guard{segments_mtx};
-  return segments_closed.wait_for(guard, timeout,
-                                  [] { return segments.load() == 0; });
+  return segments_closed.wait_for(guard, timeout, [] {
+    return segments.load() == 0;
+  });
 }
 
 } // namespace dice::net

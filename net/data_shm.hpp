@@ -35,10 +35,11 @@ struct shm_segment {
 std::shared_ptr<shm_segment> make_segment(const std::uint8_t* data,
                                           std::size_t n);
 
-/// Reads a segment of process `pid`; fails unless it is sealed and its
-/// header matches `tag` and `size`.
-caf::expected<writable_bytes> read_segment(pid_t pid, int fd, std::uint64_t tag,
-                                           std::uint64_t size);
+/// Maps a segment of process `pid` read-only and shares its bytes (no copy;
+/// unmapped with the last handle); fails unless it is sealed and its header
+/// matches `tag` and `size`.
+caf::expected<shared_bytes> read_segment(pid_t pid, int fd, std::uint64_t tag,
+                                         std::uint64_t size);
 
 /// A small memfd holding a random token: a peer that can read it through
 /// /proc/PID/fd/N shares this host (and pid namespace, and user).
@@ -58,5 +59,9 @@ bool check_probe(pid_t pid, int fd, const std::string& token);
 
 /// Open segments of this process (for tests: reclaimed on receipt or loss).
 std::uint64_t open_segments() noexcept;
+
+/// Peers' segments this process maps now (for tests: unmapped with the
+/// last handle of the received bytes).
+std::uint64_t mapped_segments() noexcept;
 
 } // namespace dice::net

@@ -6,7 +6,6 @@
 // announce, a transfer cut short or corrupted). Ephemeral ports; every wait
 // has a deadline.
 
-#include "dice/security/auth.hpp"
 #include "dice/logging/log.hpp"
 #include "dice/messages/snapshot_chunk.hpp"
 #include "dice/net/data_auth.hpp"
@@ -14,6 +13,7 @@
 #include "dice/net/data_wire.hpp"
 #include "dice/net/dialer.hpp"
 #include "dice/net/listener.hpp"
+#include "dice/security/auth.hpp"
 #include "dice/security/trust.hpp"
 #include "dice/type_ids.hpp"
 
@@ -274,6 +274,16 @@ TEST_F(DataPlane, SameHostBytesGoThroughOneSealedSegment) {
   EXPECT_EQ(after.shm_received - before.shm_received, 1u);
   EXPECT_EQ(after.bytes_sent, before.bytes_sent) << "body bytes on a socket";
   EXPECT_EQ(after.segments_open, 0u);
+  // The received bytes are a read-only view of the sender's segment (no
+  // copy), alive after the sender closed it; unmapped with the last handle.
+  EXPECT_EQ(after.segments_mapped, before.segments_mapped + 1);
+  auto view = *got;
+  got = dice::shared_bytes{};
+  EXPECT_EQ(dice::net::data_stats().segments_mapped,
+            before.segments_mapped + 1);
+  EXPECT_EQ(std::memcmp(view.data(), x.data(), x.size()), 0);
+  view = dice::shared_bytes{};
+  EXPECT_TRUE(dice::net::wait_segments_unmapped(5s));
 }
 
 TEST_F(DataPlane, AStrangerWithoutAProofOfTheSessionGetsNothing) {

@@ -3,11 +3,11 @@
 // of either side leaves nothing behind (nothing in /dev/shm, no segment held
 // by the survivor). Ephemeral ports; every wait has a deadline.
 
-#include "dice/runtime/node.hpp"
 #include "dice/messages/context_delta.hpp"
 #include "dice/messages/model_snapshot.hpp"
 #include "dice/messages/peer_event.hpp"
 #include "dice/net/data_plane.hpp"
+#include "dice/runtime/node.hpp"
 #include "dice/type_ids.hpp"
 
 #include "caf/actor_system.hpp"
@@ -16,9 +16,11 @@
 #include "support/child_process.hpp"
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <filesystem>
+#include <optional>
 #include <regex>
 #include <set>
 #include <string>
@@ -152,13 +154,18 @@ TEST(SameHost, NothingLeaksAfterTheSenderIsKilled) {
     {bench, "publisher", "--port", std::to_string(f.node->port()), "--node",
      "1", "--path", "shm", "--size", "6800000"}};
   ASSERT_TRUE(f.peers(1));
-  // Two snapshots through the shortcut, then a kill -9 at any point.
+  // Two snapshots through the shortcut, then a kill -9 at any point. The
+  // first one is kept across the kill: it is a mapping of the sender's
+  // segment, which the kernel keeps alive while it is mapped.
   int got = 0;
   bool timeout = false;
+  std::optional<dice::model_snapshot> kept;
   while (got < 2 && !timeout)
     (*f.self)->receive(
       [&](const std::string&, const dice::model_snapshot& x) {
         EXPECT_EQ(x.data.size() >= 6'800'000, true);
+        if (!kept)
+          kept = x;
         ++got;
       },
       [](const dice::peer_event&) {},
@@ -168,8 +175,20 @@ TEST(SameHost, NothingLeaksAfterTheSenderIsKilled) {
         });
   ASSERT_EQ(got, 2);
   EXPECT_GE(dice::net::data_stats().shm_received - before.shm_received, 2u);
+  EXPECT_GE(dice::net::data_stats().segments_mapped, 1u);
   learner.kill(SIGKILL);
   ASSERT_TRUE(f.peer_lost());
+  // The kept snapshot still reads whole after the sender's death (the
+  // publisher's tensor is all 3s).
+  ASSERT_EQ(kept->index.size(), 1u);
+  auto& w = kept->index.front();
+  ASSERT_EQ(w.nbytes, 6'800'000u);
+  auto first = kept->data.data() + w.offset;
+  EXPECT_EQ(std::count(first, first + w.nbytes, std::uint8_t{3}),
+            static_cast<std::ptrdiff_t>(w.nbytes));
+  // Dropping it unmaps the last view: the kernel frees the segment.
+  kept.reset();
+  EXPECT_TRUE(dice::net::wait_segments_unmapped(5s));
   EXPECT_TRUE(dice::net::wait_segments_closed(5s));
   EXPECT_EQ(dev_shm(), shm_before);
 }

@@ -35,9 +35,9 @@
 // checksum is dropped whole, never delivered. When no data connection is up
 // the router falls back to BASP chunks, with a warning and a counter.
 
-#include "dice/security/auth.hpp"
 #include "dice/messages/shared_bytes.hpp"
 #include "dice/net/data_auth.hpp"
+#include "dice/security/auth.hpp"
 
 #include "caf/actor.hpp"
 #include "caf/actor_system.hpp"
@@ -135,8 +135,13 @@ struct basic_data_counters {
   /// transfers_sent / transfers_received).
   T shm_sent{};
   T shm_received{};
-  /// Same-host segments this process holds open now.
+  /// Same-host segments this process wrote and holds open now (closed on
+  /// the receiver's release or its loss).
   T segments_open{};
+  /// Peers' same-host segments this process maps now: a received snapshot
+  /// is a read-only view of the sender's segment, alive until its last
+  /// handle is dropped (and then unmapped).
+  T segments_mapped{};
   /// Relay broadcast (actors/router_relay.cpp): rounds an origin started,
   /// transfers a member forwarded for an origin, transfers an origin sent
   /// directly because a relay path failed (peer lost, a receiver's
@@ -164,6 +169,11 @@ void count_relay(relay_counter which) noexcept;
 /// segments (a writer may still be closing one just after its peer is
 /// lost); true if none is left.
 bool wait_segments_closed(caf::timespan timeout);
+
+/// Waits up to `timeout` until this process maps no peer's segment (the
+/// last handle of a received snapshot may be dropped on another thread);
+/// true if none is left.
+bool wait_segments_unmapped(caf::timespan timeout);
 
 struct shm_segment;
 struct shm_probe;
