@@ -109,7 +109,7 @@ void data_plane::run_reader(std::shared_ptr<in_link> link) {
       ++c.transfers_received;
       ++c.shm_received;
       caf::anon_send(inbox_, data_ready_atom::value, link->peer, link->link_gen,
-                     r->id, std::uint32_t{0}, std::move(*buf));
+                     r->id, std::uint32_t{0}, shared_bytes{std::move(*buf)});
       continue;
     }
     auto h = decode_header(hdr, data_header_size);

@@ -14,6 +14,7 @@
 #include <cerrno>
 #include <condition_variable>
 #include <cstring>
+#include <deque>
 #include <mutex>
 
 namespace dice::net {
@@ -21,34 +22,23 @@ namespace dice::net {
 namespace {
 
 constexpr std::size_t header_bytes = 4096;
-constexpr char magic[8] = {'D', 'I', 'C', 'E', 'S', 'H', 'M', '1'};
-constexpr int seals = F_SEAL_SEAL | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE;
+constexpr char magic[8] = {'D', 'I', 'C', 'E', 'S', 'H', 'M', '2'};
+// Snapshot segments are rewritten in place when recycled, so they are
+// sealed against resizing only (a reader's pread then never comes up
+// short); the tag protocol (data_shm.hpp) replaces F_SEAL_WRITE.
+constexpr int segment_seals = F_SEAL_SEAL | F_SEAL_SHRINK | F_SEAL_GROW;
+// The probe is never rewritten.
+constexpr int probe_seals = F_SEAL_SEAL | F_SEAL_SHRINK | F_SEAL_GROW
+  | F_SEAL_WRITE;
+constexpr off_t tag_offset = 8;
 
 std::atomic<std::uint64_t> segments{0};
-std::atomic<std::uint64_t> mappings{0};
+std::atomic<std::uint64_t> reused{0};
 std::mutex segments_mtx;
 std::condition_variable segments_closed;
 
-// A peer's segment mapped read-only; unmapped with the last handle of the
-// bytes it holds.
-struct segment_mapping {
-  void* addr;
-  std::size_t len;
-
-  segment_mapping(void* a, std::size_t n) : addr(a), len(n) {
-    ++mappings;
-  }
-
-  segment_mapping(const segment_mapping&) = delete;
-  segment_mapping& operator=(const segment_mapping&) = delete;
-
-  ~segment_mapping() {
-    ::munmap(addr, len);
-    std::lock_guard<std::mutex> guard{segments_mtx};
-    if (--mappings == 0)
-      segments_closed.notify_all();
-  }
-};
+// Idle segments, newest last (guarded by segments_mtx).
+std::deque<std::unique_ptr<shm_segment>> pool;
 
 std::uint64_t random_u64() {
   auto r = random_nonce(8);
@@ -57,52 +47,108 @@ std::uint64_t random_u64() {
   return x;
 }
 
+// A new tag: never 0 (a rewrite in progress) and never the previous one.
+std::uint64_t next_tag(std::uint64_t old) {
+  for (;;)
+    if (auto x = random_u64(); x != 0 && x != old)
+      return x;
+}
+
 int open_peer_fd(pid_t pid, int fd) {
   auto path = "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(fd);
   return ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
 }
 
-} // namespace
-
-shm_segment::~shm_segment() {
-  if (fd >= 0) {
-    ::close(fd);
+// The last holder gone: back to the pool if the segment may be rewritten,
+// else closed.
+void recycle(shm_segment* seg) {
+  std::unique_ptr<shm_segment> owned{seg};
+  std::unique_ptr<shm_segment> evicted;
+  {
     std::lock_guard<std::mutex> guard{segments_mtx};
     if (--segments == 0)
       segments_closed.notify_all();
+    if (!owned->reusable.load())
+      return; // closed by `owned`, outside the pool
+    if (pool.size() >= max_pooled_segments) {
+      evicted = std::move(pool.front());
+      pool.pop_front();
+    }
+    pool.push_back(std::move(owned));
   }
 }
 
-std::shared_ptr<shm_segment> make_segment(const std::uint8_t* data,
-                                          std::size_t n) {
+// An idle segment of `n` bytes, or null.
+std::unique_ptr<shm_segment> take_pooled(std::size_t n) {
+  std::lock_guard<std::mutex> guard{segments_mtx};
+  for (auto i = pool.rbegin(); i != pool.rend(); ++i)
+    if ((*i)->size == n) {
+      auto seg = std::move(*i);
+      pool.erase(std::next(i).base());
+      return seg;
+    }
+  return nullptr;
+}
+
+std::unique_ptr<shm_segment> new_segment(std::size_t n) {
   auto fd = ::memfd_create("dice-snapshot", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd < 0)
     return nullptr;
-  ++segments;
-  auto seg = std::make_shared<shm_segment>();
+  auto seg = std::make_unique<shm_segment>();
   seg->fd = fd;
-  seg->tag = random_u64();
   seg->size = n;
-  char header[24];
+  char header[24] = {};
   std::memcpy(header, magic, 8);
-  std::memcpy(header + 8, &seg->tag, 8);
   std::memcpy(header + 16, &seg->size, 8);
   if (::ftruncate(fd, static_cast<off_t>(header_bytes + n)) != 0
       || !pwrite_all(fd, header, sizeof(header), 0)
-      || !pwrite_all(fd, data, n, header_bytes)
-      || ::fcntl(fd, F_ADD_SEALS, seals) != 0)
+      || ::fcntl(fd, F_ADD_SEALS, segment_seals) != 0)
     return nullptr;
   return seg;
 }
 
-caf::expected<shared_bytes> read_segment(pid_t pid, int fd, std::uint64_t tag,
-                                         std::uint64_t size) {
+} // namespace
+
+shm_segment::~shm_segment() {
+  if (fd >= 0)
+    ::close(fd);
+}
+
+std::shared_ptr<shm_segment> make_segment(const std::uint8_t* data,
+                                          std::size_t n) {
+  auto seg = take_pooled(n);
+  bool was_pooled = seg != nullptr;
+  if (!seg)
+    seg = new_segment(n);
+  if (!seg)
+    return nullptr;
+  // Tag 0 first: a reader still copying the previous bytes (a lost peer;
+  // live peers released them) sees the change after its copy and drops it.
+  const std::uint64_t in_progress = 0;
+  auto tag = next_tag(seg->tag);
+  if (!pwrite_all(seg->fd, &in_progress, 8, tag_offset))
+    return nullptr;
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (!pwrite_all(seg->fd, data, n, header_bytes))
+    return nullptr;
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (!pwrite_all(seg->fd, &tag, 8, tag_offset))
+    return nullptr;
+  seg->tag = tag;
+  if (was_pooled)
+    ++reused;
+  ++segments;
+  return std::shared_ptr<shm_segment>{seg.release(), recycle};
+}
+
+caf::expected<writable_bytes> read_segment(pid_t pid, int fd, std::uint64_t tag,
+                                           std::uint64_t size) {
   auto in = open_peer_fd(pid, fd);
   if (in < 0)
     return make_error(errc::storage_missing,
                       std::string{"cannot open the peer's segment: "}
                         + std::strerror(errno));
-  auto fail = [&](const char* why) -> caf::expected<shared_bytes> {
+  auto fail = [&](const char* why) -> caf::expected<writable_bytes> {
     ::close(in);
     return make_error(errc::malformed_input, why);
   };
@@ -110,10 +156,8 @@ caf::expected<shared_bytes> read_segment(pid_t pid, int fd, std::uint64_t tag,
   char header[24];
   std::uint64_t got_tag = 0;
   std::uint64_t got_size = 0;
-  // Sealed: the sender can no longer change, shrink or grow it, so the
-  // mapping below never changes under its readers and never faults past
-  // the end of the file (SIGBUS).
-  if ((::fcntl(in, F_GET_SEALS) & seals) != seals)
+  // Sealed against resizing: the size checked here holds for the copy.
+  if ((::fcntl(in, F_GET_SEALS) & segment_seals) != segment_seals)
     return fail("the peer's segment is not sealed");
   if (::fstat(in, &st) != 0
       || static_cast<std::uint64_t>(st.st_size) != header_bytes + size
@@ -122,30 +166,40 @@ caf::expected<shared_bytes> read_segment(pid_t pid, int fd, std::uint64_t tag,
     return fail("the peer's segment has a wrong size or header");
   std::memcpy(&got_tag, header + 8, 8);
   std::memcpy(&got_size, header + 16, 8);
-  if (got_tag != tag || got_size != size)
+  if (tag == 0 || got_tag != tag || got_size != size)
     return fail("the peer's segment is another one");
-  if (size == 0) {
-    ::close(in);
-    return shared_bytes{};
-  }
-  // A shared read-only view of the sender's pages: no copy, and no
-  // MAP_POPULATE (the pages are faulted in, 16 at a time by fault-around,
-  // by whoever reads them). An earlier private mapping with MAP_POPULATE
-  // was slower than a copy; see docs/storage.md for the figures of both.
-  auto len = static_cast<std::size_t>(size);
-  auto addr = ::mmap(nullptr, len, PROT_READ, MAP_SHARED, in,
-                     static_cast<off_t>(header_bytes));
-  if (addr == MAP_FAILED)
-    return fail("cannot map the peer's segment");
-  ::close(in); // the mapping keeps the memfd alive
-  std::shared_ptr<const void> owner;
+  // A copy, not a mapping: the sender rewrites its segments once every
+  // peer released them, and on this host (4 KiB tmpfs pages) a copy costs
+  // about what a mapping's page faults and unmap cost; see docs/storage.md
+  // for the paired figures of both.
+  writable_bytes buf;
   try {
-    owner = std::make_shared<const segment_mapping>(addr, len);
+    buf = writable_bytes{static_cast<std::size_t>(size)};
   } catch (const std::bad_alloc&) {
-    ::munmap(addr, len);
-    return make_error(errc::malformed_input, "cannot track the mapping");
+    return fail("cannot allocate the destination");
   }
-  return shared_bytes{owner, static_cast<const std::uint8_t*>(addr), len};
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (!pread_all(in, buf.data(), static_cast<std::size_t>(size), header_bytes))
+    return fail("cannot read the peer's segment");
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  // Unchanged tag: no rewrite began before the copy ended (a rewrite zeroes
+  // the tag before it touches a byte).
+  if (!pread_all(in, &got_tag, 8, tag_offset) || got_tag != tag)
+    return fail("the peer rewrote its segment during the copy");
+  ::close(in);
+  return buf;
+}
+
+void drop_held(std::map<std::uint64_t, std::shared_ptr<shm_segment>>& held) {
+  for (auto& [id, seg] : held)
+    seg->reusable = false;
+  held.clear();
+}
+
+void drain_segment_pool() {
+  std::deque<std::unique_ptr<shm_segment>> idle;
+  std::lock_guard<std::mutex> guard{segments_mtx};
+  idle.swap(pool);
 }
 
 shm_probe::~shm_probe() {
@@ -161,7 +215,7 @@ std::unique_ptr<shm_probe> make_probe() {
   p->fd = fd;
   p->token = random_nonce(16);
   if (!pwrite_all(fd, p->token.data(), p->token.size(), 0)
-      || ::fcntl(fd, F_ADD_SEALS, seals) != 0)
+      || ::fcntl(fd, F_ADD_SEALS, probe_seals) != 0)
     return nullptr;
   return p;
 }
@@ -172,7 +226,7 @@ bool check_probe(pid_t pid, int fd, const std::string& token) {
     return false;
   std::string got(token.size(), '\0');
   auto ok = pread_all(in, got.data(), got.size(), 0)
-    && ::fcntl(in, F_GET_SEALS) == seals && same_mac(got, token);
+    && ::fcntl(in, F_GET_SEALS) == probe_seals && same_mac(got, token);
   ::close(in);
   return ok;
 }
@@ -181,15 +235,13 @@ std::uint64_t open_segments() noexcept {
   return segments.load();
 }
 
-std::uint64_t mapped_segments() noexcept {
-  return mappings.load();
+std::uint64_t reused_segments() noexcept {
+  return reused.load();
 }
 
-bool wait_segments_unmapped(caf::timespan timeout) {
-  std::unique_lock<std::mutex> guard{segments_mtx};
-  return segments_closed.wait_for(guard, timeout, [] {
-    return mappings.load() == 0;
-  });
+std::uint64_t pooled_segments() noexcept {
+  std::lock_guard<std::mutex> guard{segments_mtx};
+  return pool.size();
 }
 
 bool wait_segments_closed(caf::timespan timeout) {

@@ -154,15 +154,6 @@ class shared_bytes {
     return *this;
   }
 
-  /// Shares `size` bytes at `data`, kept alive by `owner` (for example a
-  /// read-only mapping whose owner unmaps it); they never change while any
-  /// handle lives.
-  shared_bytes(const std::shared_ptr<const void>& owner,
-               const std::uint8_t* data, std::size_t size) noexcept
-    : ptr_(owner, data), size_(size) {
-    // nop
-  }
-
   /// Freezes `bytes` (no copy); the writer gives up its handle.
   explicit shared_bytes(writable_bytes&& bytes) noexcept
     : ptr_(std::move(bytes.ptr_)), size_(bytes.size_) {

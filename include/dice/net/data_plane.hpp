@@ -135,13 +135,15 @@ struct basic_data_counters {
   /// transfers_sent / transfers_received).
   T shm_sent{};
   T shm_received{};
-  /// Same-host segments this process wrote and holds open now (closed on
-  /// the receiver's release or its loss).
+  /// Same-host segments this process wrote and holds now, for a peer that
+  /// has not released them or for a queued item (closed, or pooled, on the
+  /// peer's release or its loss).
   T segments_open{};
-  /// Peers' same-host segments this process maps now: a received snapshot
-  /// is a read-only view of the sender's segment, alive until its last
-  /// handle is dropped (and then unmapped).
-  T segments_mapped{};
+  /// Released segments kept open for the next snapshot of their size (at
+  /// most 2 a process; a lost peer's segment is closed, never pooled).
+  T segments_pooled{};
+  /// Snapshots written into a pooled segment (no page allocation).
+  T shm_reused{};
   /// Relay broadcast (actors/router_relay.cpp): rounds an origin started,
   /// transfers a member forwarded for an origin, transfers an origin sent
   /// directly because a relay path failed (peer lost, a receiver's
@@ -170,11 +172,6 @@ void count_relay(relay_counter which) noexcept;
 /// lost); true if none is left.
 bool wait_segments_closed(caf::timespan timeout);
 
-/// Waits up to `timeout` until this process maps no peer's segment (the
-/// last handle of a received snapshot may be dropped on another thread);
-/// true if none is left.
-bool wait_segments_unmapped(caf::timespan timeout);
-
 struct shm_segment;
 struct shm_probe;
 class data_tls;
@@ -197,8 +194,8 @@ class data_item {
   /// checksum64 of the bytes (thread-safe, computed once).
   std::uint64_t checksum() const;
 
-  /// The bytes in a sealed memfd (thread-safe, written once; null if that
-  /// failed).
+  /// The bytes in a same-host memfd (thread-safe, written once; null if
+  /// that failed).
   std::shared_ptr<shm_segment> segment() const;
 
  private:
