@@ -18,17 +18,18 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace dice::net {
 
 /// A memfd holding one snapshot's bytes after a 4 KiB header (magic, tag,
 /// size), sealed against resizing. It is recycled: once no peer and no
 /// item holds it, it goes back to a small process-wide pool, and the next
-/// snapshot of the same size is written into its pages (no page allocation,
-/// no freeing). A rewrite first zeroes the tag, then writes the bytes, then
-/// a new tag; readers check the tag before and after their copy, so a
-/// reader that raced a rewrite drops the transfer instead of delivering
-/// torn bytes.
+/// snapshot of the same size is copied into its pages through a mapping the
+/// segment keeps (no page allocation, no per-page lookup, no freeing). A
+/// rewrite first zeroes the tag, then writes the bytes, then a new tag;
+/// readers check the tag before and after their copy, so a reader that
+/// raced a rewrite drops the transfer instead of delivering torn bytes.
 struct shm_segment {
   /// The memfd (closed with the segment, or kept in the pool).
   int fd = -1;
@@ -40,6 +41,8 @@ struct shm_segment {
   /// Cleared when a peer that may still read it is lost: such a segment is
   /// closed, never rewritten.
   std::atomic<bool> reusable{true};
+  /// A writable view of the whole file, made when it is first recycled.
+  std::uint8_t* view = nullptr;
 
   ~shm_segment();
 };
@@ -49,11 +52,34 @@ struct shm_segment {
 std::shared_ptr<shm_segment> make_segment(const std::uint8_t* data,
                                           std::size_t n);
 
-/// Copies a segment of process `pid` out; fails unless it is sealed against
-/// resizing, its header matches `tag` and `size`, and the tag is unchanged
-/// after the copy (the sender did not start rewriting it meanwhile).
-caf::expected<writable_bytes> read_segment(pid_t pid, int fd, std::uint64_t tag,
-                                           std::uint64_t size);
+/// A receiver's read-only views of one peer's segments, kept while the
+/// peer recycles them (at most `max_pooled_segments` + 1, the oldest
+/// unmapped first; all of them with this object, i.e. with the link).
+class shm_views {
+ public:
+  shm_views() = default;
+  shm_views(const shm_views&) = delete;
+  shm_views& operator=(const shm_views&) = delete;
+  ~shm_views();
+
+  /// Copies a segment of process `pid` out; fails unless it is sealed
+  /// against resizing, its header matches `tag` and `size`, and the tag is
+  /// unchanged after the copy (the sender did not start rewriting it
+  /// meanwhile).
+  caf::expected<writable_bytes> read(pid_t pid, int fd, std::uint64_t tag,
+                                     std::uint64_t size);
+
+ private:
+  struct view {
+    dev_t dev;
+    ino_t ino;
+    const std::uint8_t* addr;
+    std::size_t len;
+  };
+  caf::expected<const std::uint8_t*> find(pid_t pid, int fd,
+                                          std::uint64_t size);
+  std::vector<view> views_; // oldest first
+};
 
 /// Marks every segment in `held` not reusable (their peer is lost and may
 /// still read them) and clears it.
