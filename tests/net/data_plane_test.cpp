@@ -253,7 +253,7 @@ TEST_F(DataPlane, BytesArriveWholeInBothDirections) {
   EXPECT_FALSE(take(*acceptor, 2, *id_x));
 }
 
-TEST_F(DataPlane, SameHostBytesGoThroughOneSealedSegment) {
+TEST_F(DataPlane, SameHostBytesGoThroughOneRecycledSegment) {
   acceptor->set_same_host(true);
   dialer->set_same_host(true);
   connect_planes();

@@ -25,8 +25,10 @@ namespace dice {
 /// travels on a topic inside an `event` (messages/event.hpp); a learner
 /// group's text is such an event. 8: relay broadcast (a `relay_reference`
 /// from the origin, `(relay, round, node, ok)` back to it, and a relay
-/// round's tag in the data plane's transfer header).
-inline constexpr std::uint32_t router_protocol_version = 8;
+/// round's tag in the data plane's transfer header). 9: same-host segments
+/// are recycled and sealed against resizing only (net/data_shm.hpp; magic
+/// `DICESHM2`, the tag is checked again after the copy).
+inline constexpr std::uint32_t router_protocol_version = 9;
 
 /// The handshake between two nodes: who the node is, what it listens to,
 /// and whether its run is over.
