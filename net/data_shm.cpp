@@ -37,8 +37,11 @@ std::atomic<std::uint64_t> reused{0};
 std::mutex segments_mtx;
 std::condition_variable segments_closed;
 
-// Idle segments, newest last (guarded by segments_mtx).
-std::deque<std::unique_ptr<shm_segment>> pool;
+// Idle segments, newest last (guarded by segments_mtx). Never destroyed: a
+// segment may come back from a plane that outlives static destruction; the
+// kernel closes what is left at exit.
+std::deque<std::unique_ptr<shm_segment>>& pool = *new std::deque<
+  std::unique_ptr<shm_segment>>;
 
 std::uint64_t random_u64() {
   auto r = random_nonce(8);
