@@ -30,6 +30,8 @@ data_counters data_stats() noexcept {
   x.shm_sent = c.shm_sent.load();
   x.shm_received = c.shm_received.load();
   x.segments_open = open_segments();
+  x.segments_pooled = pooled_segments();
+  x.shm_reused = reused_segments();
   x.relay_rounds = c.relay_rounds.load();
   x.relay_forwarded = c.relay_forwarded.load();
   x.relay_fallbacks = c.relay_fallbacks.load();
@@ -225,7 +227,7 @@ void data_plane::drop_peer(std::uint32_t peer) {
     if (auto i = out_.find(peer); i != out_.end()) {
       std::lock_guard<std::mutex> g2{i->second->mtx};
       i->second->dead = true;
-      i->second->held.clear();
+      drop_held(i->second->held); // the lost peer may still read them
       i->second->queue.clear();
       ::shutdown(i->second->fd, SHUT_RDWR);
       i->second->cv.notify_all();
@@ -270,6 +272,8 @@ void data_plane::stop() {
   for (auto& t : threads)
     if (t.joinable())
       t.join();
+  // Idle segments are a cache for this plane's next snapshot.
+  drain_segment_pool();
 }
 
 } // namespace dice::net

@@ -38,8 +38,9 @@ namespace dice::net {
 
 namespace plane_detail {
 
-// The counters the planes' threads bump (two of data_counters' fields are
-// read from data_shm.cpp instead: segments_open, segments_mapped).
+// The counters the planes' threads bump (three of data_counters' fields are
+// read from data_shm.cpp instead: segments_open, segments_pooled,
+// shm_reused).
 using atomic_counters = basic_data_counters<std::atomic<std::uint64_t>>;
 
 // Writer jobs: a transfer, or a same-host control frame.

@@ -17,6 +17,7 @@ void data_plane::run_reader(std::shared_ptr<in_link> link) {
   };
   std::uint64_t last_id = 0;
   pid_t peer_pid = 0;
+  shm_views views; // unmapped when this link's reader ends
   char hdr[data_header_size];
   auto ssl = link->ssl.get();
   if (!link->ack_out.empty() && !write_bytes(link->fd, ssl, link->ack_out)) {
@@ -95,8 +96,7 @@ void data_plane::run_reader(std::shared_ptr<in_link> link) {
         why = "closed";
         break;
       }
-      auto buf = read_segment(peer_pid, static_cast<int>(r->fd), r->tag,
-                              r->size);
+      auto buf = views.read(peer_pid, static_cast<int>(r->fd), r->tag, r->size);
       // Read (or not): the sender may close its segment either way.
       queue_control(link->peer, job_release, r->id);
       if (!buf) {

@@ -82,7 +82,7 @@ void data_plane::run_writer(std::shared_ptr<out_link> link) {
     std::lock_guard<std::mutex> guard{link->mtx};
     link->dead = true;
     link->queue.clear();
-    link->held.clear();
+    drop_held(link->held); // the peer may still read them
   }
   ::shutdown(link->fd, SHUT_RDWR);
   ::close(link->fd);

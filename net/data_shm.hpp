@@ -1,9 +1,10 @@
 #pragma once
 
 // Internal to the data plane: the same-host shortcut. A snapshot for peers
-// on this host is written once into a sealed memfd; a peer reads it through
-// /proc/PID/fd/N. Nothing is ever named in /dev/shm, so a process killed
-// with -9 cannot leak a segment: the kernel frees it with the last fd.
+// on this host is written once into a memfd (recycled from a small pool);
+// a peer copies it out through /proc/PID/fd/N. Nothing is ever named in
+// /dev/shm, so a process killed with -9 cannot leak a segment: the kernel
+// frees it with the last fd.
 
 #include "dice/messages/shared_bytes.hpp"
 
@@ -11,34 +12,81 @@
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace dice::net {
 
-/// A sealed memfd holding one snapshot's bytes after a 4 KiB header
-/// (magic, tag, size).
+/// A memfd holding one snapshot's bytes after a 4 KiB header (magic, tag,
+/// size), sealed against resizing. It is recycled: once no peer and no
+/// item holds it, it goes back to a small process-wide pool, and the next
+/// snapshot of the same size is copied into its pages through a mapping the
+/// segment keeps (no page allocation, no per-page lookup, no freeing). A
+/// rewrite first zeroes the tag, then writes the bytes, then a new tag;
+/// readers check the tag before and after their copy, so a reader that
+/// raced a rewrite drops the transfer instead of delivering torn bytes.
 struct shm_segment {
-  /// The memfd (closed with the segment).
+  /// The memfd (closed with the segment, or kept in the pool).
   int fd = -1;
-  /// Random tag, checked by the reader (fd numbers are reused).
+  /// Random tag of the bytes written now (never 0), checked by the reader
+  /// (fd numbers and segments are reused).
   std::uint64_t tag = 0;
   /// Bytes after the header.
   std::uint64_t size = 0;
+  /// Cleared when a peer that may still read it is lost: such a segment is
+  /// closed, never rewritten.
+  std::atomic<bool> reusable{true};
+  /// A writable view of the whole file, made when it is first recycled.
+  std::uint8_t* view = nullptr;
 
   ~shm_segment();
 };
 
-/// Writes `n` bytes into a new sealed segment; null on failure.
+/// Writes `n` bytes into a pooled segment of that size, or else a new one;
+/// null on failure.
 std::shared_ptr<shm_segment> make_segment(const std::uint8_t* data,
                                           std::size_t n);
 
-/// Reads a segment of process `pid`; fails unless it is sealed and its
-/// header matches `tag` and `size`.
-caf::expected<writable_bytes> read_segment(pid_t pid, int fd, std::uint64_t tag,
-                                           std::uint64_t size);
+/// A receiver's read-only views of one peer's segments, kept while the
+/// peer recycles them (at most `max_pooled_segments` + 1, the oldest
+/// unmapped first; all of them with this object, i.e. with the link).
+class shm_views {
+ public:
+  shm_views() = default;
+  shm_views(const shm_views&) = delete;
+  shm_views& operator=(const shm_views&) = delete;
+  ~shm_views();
+
+  /// Copies a segment of process `pid` out; fails unless it is sealed
+  /// against resizing, its header matches `tag` and `size`, and the tag is
+  /// unchanged after the copy (the sender did not start rewriting it
+  /// meanwhile).
+  caf::expected<writable_bytes> read(pid_t pid, int fd, std::uint64_t tag,
+                                     std::uint64_t size);
+
+ private:
+  struct view {
+    dev_t dev;
+    ino_t ino;
+    const std::uint8_t* addr;
+    std::size_t len;
+  };
+  caf::expected<const std::uint8_t*> find(pid_t pid, int fd,
+                                          std::uint64_t size);
+  std::vector<view> views_; // oldest first
+};
+
+/// Marks every segment in `held` not reusable (their peer is lost and may
+/// still read them) and clears it.
+void drop_held(std::map<std::uint64_t, std::shared_ptr<shm_segment>>& held);
+
+/// Closes the pooled segments of this process.
+void drain_segment_pool();
 
 /// A small memfd holding a random token: a peer that can read it through
 /// /proc/PID/fd/N shares this host (and pid namespace, and user).
@@ -56,7 +104,18 @@ std::unique_ptr<shm_probe> make_probe();
 /// True if /proc/`pid`/fd/`fd` holds `token`.
 bool check_probe(pid_t pid, int fd, const std::string& token);
 
-/// Open segments of this process (for tests: reclaimed on receipt or loss).
+/// Segments of this process in use: held for a peer or by a queued item
+/// (for tests: reclaimed on receipt or loss). Pooled ones are not counted.
 std::uint64_t open_segments() noexcept;
+
+/// Snapshots this process wrote into a recycled segment.
+std::uint64_t reused_segments() noexcept;
+
+/// Idle segments in this process's pool (at most `max_pooled_segments`).
+std::uint64_t pooled_segments() noexcept;
+
+/// How many idle segments the pool keeps (a publisher that sends the next
+/// snapshot before every peer released the last one needs two).
+inline constexpr std::size_t max_pooled_segments = 2;
 
 } // namespace dice::net

@@ -3,11 +3,11 @@
 // of either side leaves nothing behind (nothing in /dev/shm, no segment held
 // by the survivor). Ephemeral ports; every wait has a deadline.
 
-#include "dice/runtime/node.hpp"
 #include "dice/messages/context_delta.hpp"
 #include "dice/messages/model_snapshot.hpp"
 #include "dice/messages/peer_event.hpp"
 #include "dice/net/data_plane.hpp"
+#include "dice/runtime/node.hpp"
 #include "dice/type_ids.hpp"
 
 #include "caf/actor_system.hpp"
@@ -16,9 +16,11 @@
 #include "support/child_process.hpp"
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <filesystem>
+#include <optional>
 #include <regex>
 #include <set>
 #include <string>
@@ -141,6 +143,14 @@ TEST(SameHost, NothingLeaksAfterTheReceiverIsKilled) {
   EXPECT_TRUE(dp.wait_released(1, 5s));
   EXPECT_TRUE(dice::net::wait_segments_closed(5s));
   EXPECT_EQ(dev_shm(), shm_before);
+  // The first segment went back to the pool on its release and carried the
+  // second snapshot; a segment held for the lost peer (which may still be
+  // reading it) is closed, never pooled for a rewrite.
+  auto end = dice::net::data_stats();
+  if (end.shm_sent - before.shm_sent == 2)
+    EXPECT_EQ(end.segments_pooled, 0u) << "the lost peer's segment was pooled";
+  else
+    EXPECT_LE(end.segments_pooled, 1u);
 }
 
 TEST(SameHost, NothingLeaksAfterTheSenderIsKilled) {
@@ -152,13 +162,18 @@ TEST(SameHost, NothingLeaksAfterTheSenderIsKilled) {
     {bench, "publisher", "--port", std::to_string(f.node->port()), "--node",
      "1", "--path", "shm", "--size", "6800000"}};
   ASSERT_TRUE(f.peers(1));
-  // Two snapshots through the shortcut, then a kill -9 at any point.
+  // Two snapshots through the shortcut, then a kill -9 at any point. The
+  // first one is kept across the kill: it is a mapping of the sender's
+  // segment, which the kernel keeps alive while it is mapped.
   int got = 0;
   bool timeout = false;
+  std::optional<dice::model_snapshot> kept;
   while (got < 2 && !timeout)
     (*f.self)->receive(
       [&](const std::string&, const dice::model_snapshot& x) {
         EXPECT_EQ(x.data.size() >= 6'800'000, true);
+        if (!kept)
+          kept = x;
         ++got;
       },
       [](const dice::peer_event&) {},
@@ -170,6 +185,15 @@ TEST(SameHost, NothingLeaksAfterTheSenderIsKilled) {
   EXPECT_GE(dice::net::data_stats().shm_received - before.shm_received, 2u);
   learner.kill(SIGKILL);
   ASSERT_TRUE(f.peer_lost());
+  // The kept snapshot still reads whole after the sender's death (the
+  // publisher's tensor is all 3s).
+  ASSERT_EQ(kept->index.size(), 1u);
+  auto& w = kept->index.front();
+  ASSERT_EQ(w.nbytes, 6'800'000u);
+  auto first = kept->data.data() + w.offset;
+  EXPECT_EQ(std::count(first, first + w.nbytes, std::uint8_t{3}),
+            static_cast<std::ptrdiff_t>(w.nbytes));
+  kept.reset();
   EXPECT_TRUE(dice::net::wait_segments_closed(5s));
   EXPECT_EQ(dev_shm(), shm_before);
 }

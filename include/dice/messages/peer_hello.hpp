@@ -27,7 +27,9 @@ namespace dice {
 /// from the origin, `(relay, round, node, ok)` back to it, and a relay
 /// round's tag in the data plane's transfer header). 9: forwards that
 /// queued for a peer while its router was busy travel as one
-/// `(forward, forward_batch)`.
+/// `(forward, forward_batch)`, and same-host segments are recycled and
+/// sealed against resizing only (net/data_shm.hpp; magic `DICESHM2`, the
+/// tag is checked again after the copy).
 inline constexpr std::uint32_t router_protocol_version = 9;
 
 /// The handshake between two nodes: who the node is, what it listens to,

@@ -35,9 +35,9 @@
 // checksum is dropped whole, never delivered. When no data connection is up
 // the router falls back to BASP chunks, with a warning and a counter.
 
-#include "dice/security/auth.hpp"
 #include "dice/messages/shared_bytes.hpp"
 #include "dice/net/data_auth.hpp"
+#include "dice/security/auth.hpp"
 
 #include "caf/actor.hpp"
 #include "caf/actor_system.hpp"
@@ -135,8 +135,15 @@ struct basic_data_counters {
   /// transfers_sent / transfers_received).
   T shm_sent{};
   T shm_received{};
-  /// Same-host segments this process holds open now.
+  /// Same-host segments this process wrote and holds now, for a peer that
+  /// has not released them or for a queued item (closed, or pooled, on the
+  /// peer's release or its loss).
   T segments_open{};
+  /// Released segments kept open for the next snapshot of their size (at
+  /// most 2 a process; a lost peer's segment is closed, never pooled).
+  T segments_pooled{};
+  /// Snapshots written into a pooled segment (no page allocation).
+  T shm_reused{};
   /// Relay broadcast (actors/router_relay.cpp): rounds an origin started,
   /// transfers a member forwarded for an origin, transfers an origin sent
   /// directly because a relay path failed (peer lost, a receiver's
@@ -187,8 +194,8 @@ class data_item {
   /// checksum64 of the bytes (thread-safe, computed once).
   std::uint64_t checksum() const;
 
-  /// The bytes in a sealed memfd (thread-safe, written once; null if that
-  /// failed).
+  /// The bytes in a same-host memfd (thread-safe, written once; null if
+  /// that failed).
   std::shared_ptr<shm_segment> segment() const;
 
  private:
