@@ -130,8 +130,9 @@ TEST_P(Loaders, SnapshotRoundTripGivesFreshBytes) {
   EXPECT_EQ(ref.kind, GetParam());
   EXPECT_EQ(ref.origin, 3u);
   EXPECT_NE(ref.checksum, 0u);
-  if (GetParam() == storage_kind::file)
+  if (GetParam() == storage_kind::file) {
     EXPECT_EQ(fs::path{ref.path}.parent_path(), fs::path{opts.dirname});
+  }
   std::vector<model_snapshot> got;
   auto k = sys.spawn(keeper<model_snapshot>, &got);
   spawned.push_back(k);
