@@ -45,6 +45,12 @@ struct context_exchanger_state {
   std::int64_t sent_env_step = 0;
   std::int64_t sent_env_episode = 0;
 
+  // A learner of a group: deltas that arrived before an earlier one of
+  // their stream, by stream and seq (in_order_only).
+  std::map<detail::context_delivery::sender_key,
+           std::map<std::uint64_t, context_delta>>
+    held;
+  std::size_t held_count = 0;
   // Deltas refused as inconsistent (logged every 1024th time).
   std::uint64_t malformed = 0;
   // When the current window wait began.
@@ -99,21 +105,76 @@ struct context_exchanger_state {
         delivery.reack({d.sender, d.incarnation});
       return;
     }
-    // A learner of a group applies a stream in order only: what it counts
+    // A learner of a group counts a stream in order only: what it counted
     // must be exactly what its watermark (the stream's settled seq) says,
     // because a learner that takes the collector over settles to that seq.
     // A delta counted past a gap was counted twice once its resend reached
     // the new owner (LearnerGroupRun.RestartedLearnerRejoins... counted 320
-    // env steps twice). Refused, unacked, it comes again; the stale ack
-    // makes the collector resend the missing one at once.
-    if (has(role::learner) && opts.partition && opts.partition->defer_acks
-        && d.seq > applied.upto({d.sender, d.incarnation}) + 1) {
+    // env steps twice). Such a delta waits here, unapplied and unacked,
+    // until the gap fills; the stale ack makes its collector resend the
+    // missing one at once.
+    if (in_order_only() && d.seq > applied.upto({d.sender, d.incarnation}) + 1)
+      return hold(d);
+    if (apply(d) && in_order_only())
+      drain_held({d.sender, d.incarnation});
+  }
+
+  // A learner of a group: deltas of a stream are counted in seq order.
+  bool in_order_only() const {
+    return has(role::learner) && opts.partition && opts.partition->defer_acks;
+  }
+
+  // Most deltas held per stream while a gap is open, and in all (a
+  // collector's window bounds what it sends; more is refused, resent later).
+  static constexpr std::size_t max_held_per_stream = 64;
+  static constexpr std::size_t max_held = 1024;
+
+  void hold(const context_delta& d) {
+    detail::context_delivery::sender_key key{d.sender, d.incarnation};
+    auto& h = held[key];
+    if (h.count(d.seq) > 0) {
+      count(trust_event::duplicate_dropped);
+    } else if (h.size() >= max_held_per_stream || held_count >= max_held) {
+      ++stats->deltas_refused;
+    } else {
+      h.emplace(d.seq, d);
+      ++held_count;
       ++stats->deltas_past_gap;
-      log::debug(svc->node_id(), "delta {} from node {} is past a gap at {}",
-                 d.seq, d.sender, applied.upto({d.sender, d.incarnation}));
-      delivery.reack({d.sender, d.incarnation});
-      return;
+      log::debug(svc->node_id(), "holding delta {} from node {}: {} is missing",
+                 d.seq, d.sender, delivery.applied.upto(key) + 1);
     }
+    delivery.reack(key);
+  }
+
+  // Applies what was held for `key` now that the gap before it filled; drops
+  // what is settled meanwhile (counted by another learner, or given up by
+  // its sender) and what this learner no longer owns.
+  void drain_held(const detail::context_delivery::sender_key& key) {
+    auto i = held.find(key);
+    if (i == held.end())
+      return;
+    auto& h = i->second;
+    auto& applied = delivery.applied;
+    while (!h.empty()) {
+      auto j = h.begin();
+      if (j->first <= applied.upto(key) || not_owned(j->second)) {
+        h.erase(j);
+        --held_count;
+        continue;
+      }
+      if (j->first != applied.upto(key) + 1 || !apply(j->second))
+        break;
+      h.erase(j);
+      --held_count;
+    }
+    if (h.empty())
+      held.erase(i);
+  }
+
+  // The rest of `put` for a delta that is neither a duplicate nor early:
+  // false if the learner's buffer refused it.
+  bool apply(const context_delta& d) {
+    auto& applied = delivery.applied;
     auto bytes = detail::context_inbox::bytes_of(d);
     // While finishing, iterations are over and senders will not resend:
     // take what still arrives (their windows bound it).
@@ -121,7 +182,7 @@ struct context_exchanger_state {
       ++stats->deltas_refused;
       log::debug(svc->node_id(), "buffer full: refused delta {} from node {}",
                  d.seq, d.sender);
-      return;
+      return false;
     }
     applied.mark(d);
     log::debug(svc->node_id(), "applied delta {} from node {} (base {}, +{})",
@@ -152,7 +213,7 @@ struct context_exchanger_state {
       box.any = true;
     }
     if (!has(role::learner))
-      return;
+      return true;
     // Offsets keep each sender's trajectory_end_idx pointing into the merged
     // list (DI-engine extends them unchanged, which breaks GAE with several
     // collectors).
@@ -178,6 +239,7 @@ struct context_exchanger_state {
         xs.push_back(idx + offset);
       box.any = true;
     }
+    return true;
   }
 
   // DI-engine's `merge`: increments add up on non-collectors, everything
@@ -185,6 +247,11 @@ struct context_exchanger_state {
   void merge(context& ctx) {
     box.merge_into(svc->node_id(), ctx);
     delivery.buffer_merged();
+    // Held deltas the buffer refused (or whose owner changed) go now.
+    for (auto i = held.begin(); i != held.end();) {
+      auto key = (i++)->first;
+      drain_held(key);
+    }
     // Acks go out once the data is in the context, so a collector's window
     // also bounds what waits here (learner backpressure); in a group, once
     // the group counted it (context_partition::ack_now).

@@ -48,9 +48,8 @@ struct context_exchange_stats {
   std::atomic<std::uint64_t> buffered_bytes_peak{0};
   /// Most unacked deltas a collector held at once.
   std::atomic<std::uint64_t> unacked_peak{0};
-  /// Deltas a learner of a group refused because an earlier one of their
-  /// stream had not arrived (resent by their collector; never counted out
-  /// of order).
+  /// Deltas a learner of a group held back because an earlier one of their
+  /// stream had not arrived yet (counted once it did: never out of order).
   std::atomic<std::uint64_t> deltas_past_gap{0};
   /// Deltas a learner of a group left to the learner that owns their
   /// collector (neither applied nor acked).
