@@ -60,7 +60,8 @@ std::uint64_t checksum_of(const std::vector<byte_span>& parts) {
 // only with an error. Never follows a symlink (O_NOFOLLOW) and never blocks
 // (O_NONBLOCK: opening a FIFO for reading would wait for a writer for ever);
 // only a regular file is read.
-caf::error open_storage(const storage_ref& ref, int& fd, std::size_t& size) {
+caf::error open_storage(const storage_ref& ref, int& fd, std::size_t& size,
+                        struct stat* st_out) {
   fd = -1;
   constexpr int flags = O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK;
   if (ref.kind == storage_kind::shm) {
@@ -97,6 +98,8 @@ caf::error open_storage(const storage_ref& ref, int& fd, std::size_t& size) {
                            ref.path + " holds " + std::to_string(st.st_size)
                              + " bytes, expected " + std::to_string(ref.size)));
   size = static_cast<std::size_t>(st.st_size);
+  if (st_out != nullptr)
+    *st_out = st;
   return caf::none;
 }
 
@@ -193,10 +196,12 @@ namespace detail {
 caf::error read_storage(const storage_ref& ref, writable_bytes& out) {
   int fd = -1;
   std::size_t size = 0;
-  if (auto err = open_storage(ref, fd, size))
+  struct stat st;
+  if (auto err = open_storage(ref, fd, size, &st))
     return err;
+  auto view = ref.kind == storage_kind::shm ? map_view(fd, st) : item_view{};
   writable_bytes buf{size};
-  auto err = read_at(ref, fd, 0, buf.data(), size, nullptr);
+  auto err = read_part(ref, fd, view, 0, buf.data(), size, nullptr);
   ::close(fd);
   if (err)
     return err;

@@ -23,6 +23,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <mutex>
 #include <random>
 
@@ -39,9 +40,32 @@ caf::error write_parts(int fd, const std::vector<byte_span>& parts,
                        std::uint64_t& checksum);
 std::uint64_t checksum_of(const std::vector<byte_span>& parts);
 caf::error bad(const storage_ref& ref, const std::string& why);
-caf::error open_storage(const storage_ref& ref, int& fd, std::size_t& size);
+caf::error open_storage(const storage_ref& ref, int& fd, std::size_t& size,
+                        struct stat* st = nullptr);
 caf::error read_at(const storage_ref& ref, int fd, std::size_t pos,
                    std::uint8_t* out, std::size_t n, checksum64_stream* sum);
+
+// Shared-memory items of at least this size are copied through mappings
+// (smaller ones with pwrite/pread: a mapping costs more than it saves).
+inline constexpr std::size_t map_min = 256 * 1024;
+// Copies n bytes and feeds `sum` (if any) the private side: `src` on a
+// store (`sum_dst` false), `dst` on a load, so what is verified is what is
+// returned. False if the mapping was truncated under the copy (SIGBUS).
+bool copy_guarded(std::uint8_t* dst, const std::uint8_t* src, std::size_t n,
+                  checksum64_stream* sum, bool sum_dst);
+// A read-only view of a shared-memory segment: `handle` keeps it mapped.
+struct item_view {
+  std::shared_ptr<const void> handle;
+  const std::uint8_t* addr = nullptr;
+};
+// A view of the segment open as `fd` (`st` its fstat), kept for later loads
+// of the same segment; empty for small items or when it cannot be mapped.
+item_view map_view(int fd, const struct stat& st);
+// Reads n bytes at `pos` through `view` if there is one (copy, then hash
+// the copy), else with pread.
+caf::error read_part(const storage_ref& ref, int fd, const item_view& view,
+                     std::size_t pos, std::uint8_t* out, std::size_t n,
+                     checksum64_stream* sum);
 bool recycle_shm(const storage_ref& ref);
 caf::expected<storage_ref> store_shm(const storage_options& opts,
                                      const std::vector<byte_span>& parts,
