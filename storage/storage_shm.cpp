@@ -200,15 +200,17 @@ caf::expected<storage_ref> store_shm(const storage_options& opts,
   auto name = "/" + unique_name(opts, "");
   std::uint64_t checksum = 0;
   auto seg = reuse_shm(name, total);
-  if (seg && total >= map_min) {
+  // A segment that must grow is written with write() once: faulting its
+  // new pages in through the view costs more.
+  if (seg && total >= map_min && total <= seg->size) {
     if (auto err = write_view(*seg, parts, total, checksum)) {
       ::shm_unlink(name.c_str());
       return err;
     }
     keep_live(std::move(seg));
   } else {
-    // write() for a fresh (or small) segment: tmpfs takes whole pages
-    // without zeroing them first and nothing is mapped (mmap, page faults
+    // write() for a fresh, small or growing segment: tmpfs takes pages
+    // whole without zeroing them and nothing is mapped (mmap, page faults
     // and munmap cost 10x the copy for a fresh segment).
     int fd = seg
       ? std::exchange(seg->fd, -1)
