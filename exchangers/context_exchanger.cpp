@@ -6,6 +6,7 @@
 
 #include "context_delivery.hpp"
 #include "context_inbox.hpp"
+#include "early_deltas.hpp"
 #include "loader_bridge.hpp"
 
 #include <memory>
@@ -46,11 +47,8 @@ struct context_exchanger_state {
   std::int64_t sent_env_episode = 0;
 
   // A learner of a group: deltas that arrived before an earlier one of
-  // their stream, by stream and seq (in_order_only).
-  std::map<detail::context_delivery::sender_key,
-           std::map<std::uint64_t, context_delta>>
-    held;
-  std::size_t held_count = 0;
+  // their stream (in_order_only).
+  detail::early_deltas early;
   // Deltas refused as inconsistent (logged every 1024th time).
   std::uint64_t malformed = 0;
   // When the current window wait began.
@@ -124,51 +122,33 @@ struct context_exchanger_state {
     return has(role::learner) && opts.partition && opts.partition->defer_acks;
   }
 
-  // Most deltas held per stream while a gap is open, and in all (a
-  // collector's window bounds what it sends; more is refused, resent later).
-  static constexpr std::size_t max_held_per_stream = 64;
-  static constexpr std::size_t max_held = 1024;
-
   void hold(const context_delta& d) {
-    detail::context_delivery::sender_key key{d.sender, d.incarnation};
-    auto& h = held[key];
-    if (h.count(d.seq) > 0) {
-      count(trust_event::duplicate_dropped);
-    } else if (h.size() >= max_held_per_stream || held_count >= max_held) {
-      ++stats->deltas_refused;
-    } else {
-      h.emplace(d.seq, d);
-      ++held_count;
-      ++stats->deltas_past_gap;
-      log::debug(svc->node_id(), "holding delta {} from node {}: {} is missing",
-                 d.seq, d.sender, delivery.applied.upto(key) + 1);
+    switch (early.hold(d)) {
+      case detail::early_deltas::outcome::duplicate:
+        count(trust_event::duplicate_dropped);
+        break;
+      case detail::early_deltas::outcome::full: ++stats->deltas_refused; break;
+      case detail::early_deltas::outcome::held:
+        ++stats->deltas_past_gap;
+        log::debug(svc->node_id(),
+                   "holding delta {} from node {}: {} is missing", d.seq,
+                   d.sender,
+                   delivery.applied.upto({d.sender, d.incarnation}) + 1);
+        break;
     }
-    delivery.reack(key);
+    delivery.reack({d.sender, d.incarnation});
   }
 
-  // Applies what was held for `key` now that the gap before it filled; drops
-  // what is settled meanwhile (counted by another learner, or given up by
-  // its sender) and what this learner no longer owns.
+  // Applies what was held for `key` now that the gap before it filled.
   void drain_held(const detail::context_delivery::sender_key& key) {
-    auto i = held.find(key);
-    if (i == held.end())
-      return;
-    auto& h = i->second;
-    auto& applied = delivery.applied;
-    while (!h.empty()) {
-      auto j = h.begin();
-      if (j->first <= applied.upto(key) || not_owned(j->second)) {
-        h.erase(j);
-        --held_count;
-        continue;
-      }
-      if (j->first != applied.upto(key) + 1 || !apply(j->second))
-        break;
-      h.erase(j);
-      --held_count;
-    }
-    if (h.empty())
-      held.erase(i);
+    early.drain(
+      key, delivery.applied,
+      [this](const context_delta& x) {
+        return not_owned(x);
+      },
+      [this](const context_delta& x) {
+        return apply(x);
+      });
   }
 
   // The rest of `put` for a delta that is neither a duplicate nor early:
@@ -248,10 +228,8 @@ struct context_exchanger_state {
     box.merge_into(svc->node_id(), ctx);
     delivery.buffer_merged();
     // Held deltas the buffer refused (or whose owner changed) go now.
-    for (auto i = held.begin(); i != held.end();) {
-      auto key = (i++)->first;
+    for (auto& key : early.streams())
       drain_held(key);
-    }
     // Acks go out once the data is in the context, so a collector's window
     // also bounds what waits here (learner backpressure); in a group, once
     // the group counted it (context_partition::ack_now).
