@@ -42,13 +42,7 @@ namespace {
 std::size_t payload_bytes(const caf::message& msg) {
   if (!msg.match_elements<std::string, context_delta>())
     return 0;
-  auto& d = msg.get_as<context_delta>(1);
-  std::size_t n = 0;
-  for (auto& x : d.trajectories)
-    n += x.bytes.size();
-  for (auto& x : d.episodes)
-    n += x.bytes.size();
-  return n;
+  return dice::payload_bytes(msg.get_as<context_delta>(1));
 }
 
 void arm_flush(router_ptr self) {

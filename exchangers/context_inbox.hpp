@@ -36,12 +36,7 @@ struct context_inbox {
 
   /// Payload bytes of `d`.
   static std::size_t bytes_of(const context_delta& d) {
-    std::size_t n = 0;
-    for (auto& x : d.trajectories)
-      n += x.bytes.size();
-    for (auto& x : d.episodes)
-      n += x.bytes.size();
-    return n;
+    return payload_bytes(d);
   }
 
   /// `out = x + y`; false on overflow.

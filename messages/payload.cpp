@@ -17,8 +17,8 @@ std::uint64_t item_count(const std::vector<payload>& xs) {
 }
 
 bool operator==(const context_delta& x, const context_delta& y) {
-  return x.sender == y.sender && x.incarnation == y.incarnation && x.seq == y.seq
-    && x.base == y.base && x.sender_roles == y.sender_roles
+  return x.sender == y.sender && x.incarnation == y.incarnation
+    && x.seq == y.seq && x.base == y.base && x.sender_roles == y.sender_roles
     && x.env_step == y.env_step && x.env_episode == y.env_episode
     && x.train_iter == y.train_iter && x.trajectories == y.trajectories
     && x.episodes == y.episodes && x.trajectory_end_idx == y.trajectory_end_idx
@@ -30,6 +30,15 @@ bool empty(const context_delta& x) {
   return !x.env_step && !x.env_episode && !x.train_iter
     && x.trajectories.empty() && x.episodes.empty()
     && !x.has_trajectory_end_idx;
+}
+
+std::size_t payload_bytes(const context_delta& x) {
+  std::size_t n = 0;
+  for (auto& p : x.trajectories)
+    n += p.bytes.size();
+  for (auto& p : x.episodes)
+    n += p.bytes.size();
+  return n;
 }
 
 const char* sequence_error(const context_delta& x) {

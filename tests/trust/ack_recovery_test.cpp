@@ -13,6 +13,7 @@
 #include "support/exchange_fixture.hpp"
 
 #include <chrono>
+#include <functional>
 
 using namespace std::chrono_literals;
 using namespace dice;
@@ -29,6 +30,29 @@ class AckRecoveryTest : public dice::test::exchange_fixture {
     spawned.push_back(caf::actor_cast<caf::actor>(router));
     run();
     return router;
+  }
+
+  // A learner of a group (acks deferred) that runs `each` after every
+  // iteration, on its own actor, as a group's sync would.
+  role_actor
+  spawn_group_learner(const router_actor& router,
+                      context_exchanger_options& lopts,
+                      std::function<void(context&, context_partition&)> each,
+                      std::int64_t max_step) {
+    lopts.learner_timeout = 1s;
+    lopts.partition = std::make_shared<context_partition>();
+    lopts.partition->defer_acks = true;
+    middleware m;
+    m.name = "count";
+    m.after = [each = std::move(each),
+               partition = lopts.partition](context& ctx) {
+      each(ctx, *partition);
+    };
+    pipeline p;
+    p.use(dice::test::busy_for(1s))
+      .use(context_exchanger(lopts))
+      .use(std::move(m));
+    return spawn_role(router, 0, {role::learner}, std::move(p), max_step);
   }
 
   static context_delta delta(std::uint32_t sender, std::uint64_t seq) {
@@ -147,24 +171,15 @@ TEST_F(AckRecoveryTest, AGroupLearnerReacksOnlyWhatItsGroupCounted) {
   auto lstats = std::make_shared<context_exchange_stats>();
   context_exchanger_options lopts;
   lopts.stats = lstats;
-  lopts.learner_timeout = 1s;
-  lopts.partition = std::make_shared<context_partition>();
-  lopts.partition->defer_acks = true;
-  // The group's count, on the learner's actor like a group's sync: after
-  // the iteration in which the test sets `count`.
+  // The group's count: after the iteration in which the test sets `count`.
   auto count = std::make_shared<bool>(false);
-  auto partition = lopts.partition;
-  middleware counter_mw;
-  counter_mw.name = "count";
-  counter_mw.after = [count, partition](context&) {
-    if (*count)
-      partition->ack_now();
-  };
-  pipeline p;
-  p.use(dice::test::busy_for(1s))
-    .use(context_exchanger(lopts))
-    .use(std::move(counter_mw));
-  auto l = spawn_role(router, 0, {role::learner}, std::move(p), 4);
+  auto l = spawn_group_learner(
+    router, lopts,
+    [count](context&, context_partition& partition) {
+      if (*count)
+        partition.ack_now();
+    },
+    4);
   start({l});
   auto topic = context_topic(role::collector);
   publish(router, topic, 2, delta(2, 1));
@@ -204,22 +219,15 @@ TEST_F(AckRecoveryTest, AGroupLearnerCountsAStreamInOrderOnly) {
   auto lstats = std::make_shared<context_exchange_stats>();
   context_exchanger_options lopts;
   lopts.stats = lstats;
-  lopts.learner_timeout = 1s;
-  lopts.partition = std::make_shared<context_partition>();
-  lopts.partition->defer_acks = true;
-  auto partition = lopts.partition;
   auto seen = std::make_shared<std::vector<std::int64_t>>();
-  middleware counter_mw;
-  counter_mw.name = "count";
-  counter_mw.after = [seen, partition](context& ctx) {
-    seen->push_back(ctx.env_step);
-    partition->ack_now();
-  };
-  pipeline p;
-  p.use(dice::test::busy_for(1s))
-    .use(context_exchanger(lopts))
-    .use(std::move(counter_mw));
-  auto l = spawn_role(router, 0, {role::learner}, std::move(p), 6);
+  auto l = spawn_group_learner(
+    router, lopts,
+    [seen](context& ctx, context_partition& partition) {
+      seen->push_back(ctx.env_step);
+      partition.ack_now();
+    },
+    6);
+  auto partition = lopts.partition;
   start({l});
   auto topic = context_topic(role::collector);
   using mark = std::pair<std::uint64_t, std::uint64_t>;

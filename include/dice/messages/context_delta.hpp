@@ -1,11 +1,12 @@
 #pragma once
 
-#include "dice/messages/payload.hpp"
 #include "dice/core/role.hpp"
+#include "dice/messages/payload.hpp"
 
 #include "caf/meta/type_name.hpp"
 #include "caf/optional.hpp"
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -21,8 +22,8 @@ struct context_delta {
   std::uint64_t incarnation = 0;
   /// Per-sender sequence number, 1 for the first delta of an incarnation.
   std::uint64_t seq = 0;
-  /// Lowest seq of this (sender, incarnation) the sender holds unacknowledged when
-  /// it sends (1 <= base <= seq): every seq below it is settled, so a
+  /// Lowest seq of this (sender, incarnation) the sender holds unacknowledged
+  /// when it sends (1 <= base <= seq): every seq below it is settled, so a
   /// receiver new to the stream starts it here instead of at whatever seq
   /// reaches it first (protocol v3). 0 says nothing (the stream is taken to
   /// start at `seq`); dice's exchangers always set it.
@@ -60,6 +61,9 @@ typename Inspector::result_type inspect(Inspector& f, context_delta& x) {
 
 /// True when the delta carries no field at all (DI-engine skips the emit).
 bool empty(const context_delta& x);
+
+/// Bytes of the trajectory and episode payloads `x` carries.
+std::size_t payload_bytes(const context_delta& x);
 
 /// Largest seq (and base) a delta may carry: far beyond any run, and low
 /// enough that a receiver's `seq + 1` can never wrap.
