@@ -21,6 +21,7 @@
 #include "caf/actor_system_config.hpp"
 #include "caf/scoped_actor.hpp"
 
+#include "support/data_listener.hpp"
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -143,19 +144,9 @@ class DataPlane : public ::testing::Test {
     auto c2 = c1;
     c2.node = 2;
     dialer = data_plane::make(sys, c2);
-    auto dp = acceptor;
-    auto ln = dice::net::listener::open(
-      dice::net::listener_config{1, "127.0.0.1", 0, secret},
-      [dp](int fd, channel ch, const std::string& peer,
-           const std::string& binding) {
-        if (ch == channel::data)
-          dp->accept(fd, peer, binding);
-        else
-          ::close(fd);
-      });
+    auto ln = dice::test::open_data_listener(acceptor, secret);
     ASSERT_TRUE(ln) << caf::to_string(ln.error());
     listener = std::move(*ln);
-    listener->start();
     port = listener->port();
   }
 

@@ -16,6 +16,7 @@
 #include "caf/actor_system_config.hpp"
 #include "caf/scoped_actor.hpp"
 
+#include "support/data_listener.hpp"
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/mman.h>
@@ -83,19 +84,9 @@ class SameHostRefs : public ::testing::Test {
     c.max_peer_bytes = 8 << 20;
     c.same_host = true;
     acceptor = data_plane::make(sys, c);
-    auto dp = acceptor;
-    auto ln = dice::net::listener::open(
-      dice::net::listener_config{1, "127.0.0.1", 0, secret},
-      [dp](int fd, channel ch, const std::string& peer,
-           const std::string& binding) {
-        if (ch == channel::data)
-          dp->accept(fd, peer, binding);
-        else
-          ::close(fd);
-      });
+    auto ln = dice::test::open_data_listener(acceptor, secret);
     ASSERT_TRUE(ln) << caf::to_string(ln.error());
     listener = std::move(*ln);
-    listener->start();
   }
 
   void TearDown() override {
