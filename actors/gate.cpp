@@ -1,7 +1,7 @@
-#include "dice/actors/gate.hpp"
+#include "actors/gate.hpp"
 
 #include "dice/core/errc.hpp"
-#include "dice/security/senders.hpp"
+#include "security/senders.hpp"
 #include "dice/security/trust.hpp"
 
 #include "caf/downstream_msg.hpp"

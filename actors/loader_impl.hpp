@@ -3,10 +3,12 @@
 // Internal: the behaviour both loaders share, for a stored type T.
 
 #include "dice/actors/router.hpp"
+#include "dice/exchangers/loader_options.hpp"
+#include "dice/pipeline/loaders.hpp"
 #include "dice/core/errc.hpp"
 #include "dice/logging/log.hpp"
-#include "dice/runtime/scheduling.hpp"
-#include "dice/security/senders.hpp"
+#include "dice/actors/scheduling.hpp"
+#include "security/senders.hpp"
 #include "dice/security/trust.hpp"
 #include "dice/storage/storage.hpp"
 
@@ -18,6 +20,19 @@
 #include <vector>
 
 namespace dice::detail {
+
+/// State of a loader (both kinds).
+struct loader_state {
+  /// Owns the stored items.
+  std::unique_ptr<storage_keeper> keeper;
+  /// Settings.
+  loader_options opts;
+  /// A sweep is scheduled.
+  bool sweeping = false;
+  /// Messages dropped because of their sender, logged once per source.
+  drop_log drops;
+};
+
 
 /// What a kind of loader does with its own item type T.
 template <class T>

@@ -2,11 +2,11 @@
 // services to middleware are in role_services.cpp, its iteration engine in
 // role_engine.cpp.
 
-#include "dice/actors/role_actor.hpp"
+#include "role_state.hpp"
 
 #include "dice/core/errc.hpp"
 #include "dice/logging/log.hpp"
-#include "dice/runtime/scheduling.hpp"
+#include "dice/actors/scheduling.hpp"
 #include "dice/security/trust.hpp"
 
 #include "caf/actor_system.hpp"

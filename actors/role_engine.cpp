@@ -2,7 +2,7 @@
 // as a state machine (before-parts, waits, after-parts), finish, drain and
 // quit.
 
-#include "dice/actors/role_actor.hpp"
+#include "role_state.hpp"
 #include "dice/core/errc.hpp"
 #include "dice/logging/log.hpp"
 #include "dice/security/trust.hpp"

@@ -1,7 +1,7 @@
 // The role actor's node_services: what middleware may do (topics, loaders,
 // timers, report counters) and how values on topics reach its handlers.
 
-#include "dice/actors/role_actor.hpp"
+#include "role_state.hpp"
 #include "dice/logging/log.hpp"
 #include "dice/security/trust.hpp"
 

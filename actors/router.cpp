@@ -1,4 +1,4 @@
-#include "dice/actors/router.hpp"
+#include "router_state.hpp"
 
 #include "router_impl.hpp"
 
@@ -311,6 +311,14 @@ router_actor::behavior_type router_behavior(router_ptr self,
       attach(self, idx);
     },
   };
+}
+
+} // namespace dice
+
+namespace dice {
+
+router_actor spawn_router(caf::actor_system& sys, router_config cfg) {
+  return sys.spawn(router_behavior, std::move(cfg));
 }
 
 } // namespace dice

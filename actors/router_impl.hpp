@@ -2,16 +2,16 @@
 // router_finish.cpp, router_peers.cpp, router_auth.cpp) share. Not public.
 #pragma once
 
-#include "dice/actors/gate.hpp"
-#include "dice/actors/router.hpp"
+#include "actors/gate.hpp"
+#include "router_state.hpp"
 #include "dice/core/errc.hpp"
 #include "dice/logging/log.hpp"
 #include "dice/messages/context_delta.hpp"
-#include "dice/messages/learner_group_hello.hpp"
+#include "dice/messages/detail/learner_group_hello.hpp"
 #include "dice/messages/peer_event.hpp"
 #include "dice/messages/storage_ref.hpp"
-#include "dice/net/data_plane.hpp"
-#include "dice/net/data_wire.hpp"
+#include "net/data_plane.hpp"
+#include "net/data_wire.hpp"
 #include "dice/security/auth.hpp"
 #include "dice/security/trust.hpp"
 

@@ -10,7 +10,7 @@
 // -> connected peer (the client router answers `peers(1)`). One JSON line out:
 // medians in seconds.
 
-#include "dice/actors/gate.hpp"
+#include "actors/gate.hpp"
 #include "dice/core/errc.hpp"
 #include "dice/logging/log.hpp"
 #include "dice/runtime/node.hpp"
@@ -158,7 +158,7 @@ int main(int argc, char** argv) {
   dice::router_config bc;
   bc.node = 0;
   bc.secret = secret;
-  auto router = server_sys.spawn(dice::router_behavior, bc);
+  auto router = dice::spawn_router(server_sys, bc);
   auto gate = dice::spawn_gate(server_sys, router);
   auto port = server_sys.middleman().publish(gate, 0, "127.0.0.1", true);
   if (!port)
@@ -168,7 +168,7 @@ int main(int argc, char** argv) {
                                    dice::router_config cc;
                                    cc.node = id + 1000;
                                    cc.secret = secret;
-                                   return sys.spawn(dice::router_behavior, cc);
+                                   return dice::spawn_router(sys, cc);
                                  });
   caf::anon_send_exit(router, caf::exit_reason::user_shutdown);
   auto tcp = tcp_rounds(rounds);

@@ -4,7 +4,7 @@
 // local fan-out to 1/4/16 receivers.
 
 #include "dice/actors/router.hpp"
-#include "dice/messages/snapshot_chunk.hpp"
+#include "dice/messages/detail/snapshot_chunk.hpp"
 #include "dice/storage/storage.hpp"
 #include "dice/torch/model.hpp"
 #include "dice/type_ids.hpp"
@@ -195,7 +195,7 @@ void BM_fanout(benchmark::State& state) {
   caf::actor_system sys{cfg};
   auto n = state.range(0);
   dice::router_config bc;
-  auto router = sys.spawn(dice::router_behavior, bc);
+  auto router = dice::spawn_router(sys, bc);
   caf::scoped_actor self{sys};
   std::vector<caf::actor> members;
   for (std::int64_t i = 0; i < n; ++i) {

@@ -10,8 +10,8 @@
 #include "dice/exchangers/context_exchanger.hpp"
 #include "dice/messages/context_ack.hpp"
 #include "dice/messages/context_delta.hpp"
-#include "dice/runtime/middleware.hpp"
-#include "dice/storage/context_spool.hpp"
+#include "dice/pipeline/middleware.hpp"
+#include "storage/context_spool.hpp"
 
 #include "applied_deltas.hpp"
 

@@ -7,7 +7,7 @@
 
 #include "dice/exchangers/context_exchanger.hpp"
 #include "dice/messages/context_delta.hpp"
-#include "dice/runtime/middleware.hpp"
+#include "dice/pipeline/middleware.hpp"
 
 #include "context_delivery.hpp"
 #include "context_inbox.hpp"

@@ -7,7 +7,7 @@
 
 #include "dice/logging/log.hpp"
 #include "dice/messages/storage_ref.hpp"
-#include "dice/runtime/middleware.hpp"
+#include "dice/pipeline/middleware.hpp"
 
 #include <string>
 

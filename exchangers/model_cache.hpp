@@ -5,7 +5,7 @@
 #include "dice/core/errc.hpp"
 #include "dice/logging/log.hpp"
 #include "dice/messages/model_snapshot.hpp"
-#include "dice/runtime/middleware.hpp"
+#include "dice/pipeline/middleware.hpp"
 #include "dice/core/model.hpp"
 
 

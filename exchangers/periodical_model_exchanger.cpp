@@ -4,6 +4,7 @@
 #include "dice/logging/log.hpp"
 
 #include "caf/make_message.hpp"
+#include "caf/send.hpp"
 
 #include "loader_bridge.hpp"
 #include "model_cache.hpp"

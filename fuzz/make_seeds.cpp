@@ -4,8 +4,8 @@
 #include "dice/messages/context_delta.hpp"
 #include "dice/messages/model_snapshot.hpp"
 #include "dice/messages/payload.hpp"
-#include "dice/messages/peer_hello.hpp"
-#include "dice/net/preamble.hpp"
+#include "dice/messages/detail/peer_hello.hpp"
+#include "net/preamble.hpp"
 
 #include "caf/binary_serializer.hpp"
 #include "caf/make_message.hpp"

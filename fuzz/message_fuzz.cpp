@@ -5,7 +5,7 @@
 
 #include "dice/messages/context_delta.hpp"
 #include "dice/messages/model_snapshot.hpp"
-#include "dice/messages/peer_hello.hpp"
+#include "dice/messages/detail/peer_hello.hpp"
 
 #include "caf/binary_deserializer.hpp"
 #include "caf/message.hpp"

@@ -9,7 +9,7 @@
 //   bits 2-7: chunk size - 1 (how the bytes arrive)
 // Nonces are fixed so a seed made from a genuine exchange completes.
 
-#include "dice/net/preamble.hpp"
+#include "net/preamble.hpp"
 
 #include <cstdint>
 #include <cstdlib>

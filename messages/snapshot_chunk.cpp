@@ -1,4 +1,4 @@
-#include "dice/messages/snapshot_chunk.hpp"
+#include "dice/messages/detail/snapshot_chunk.hpp"
 
 // XXH3_state_t's layout, so a stream lives inline (no allocation).
 #define XXH_STATIC_LINKING_ONLY

@@ -1,4 +1,4 @@
-#include "dice/net/chunker.hpp"
+#include "net/chunker.hpp"
 
 #include "dice/logging/log.hpp"
 

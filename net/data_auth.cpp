@@ -1,4 +1,4 @@
-#include "dice/net/data_auth.hpp"
+#include "net/data_auth.hpp"
 
 #include "dice/security/auth.hpp"
 

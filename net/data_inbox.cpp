@@ -2,7 +2,7 @@
 
 #include "dice/core/errc.hpp"
 #include "dice/logging/log.hpp"
-#include "dice/net/data_plane.hpp"
+#include "net/data_plane.hpp"
 
 #include "caf/event_based_actor.hpp"
 #include "caf/response_promise.hpp"

@@ -1,4 +1,4 @@
-#include "dice/net/data_plane.hpp"
+#include "net/data_plane.hpp"
 
 #include "data_plane_impl.hpp"
 

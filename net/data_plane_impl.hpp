@@ -6,11 +6,11 @@
 
 #include "dice/core/errc.hpp"
 #include "dice/logging/log.hpp"
-#include "dice/messages/snapshot_chunk.hpp"
-#include "dice/net/data_plane.hpp"
-#include "dice/net/data_wire.hpp"
-#include "dice/net/dialer.hpp"
-#include "dice/net/socket.hpp"
+#include "dice/messages/detail/snapshot_chunk.hpp"
+#include "net/data_plane.hpp"
+#include "net/data_wire.hpp"
+#include "net/dialer.hpp"
+#include "net/socket.hpp"
 #include "dice/security/auth.hpp"
 #include "dice/security/trust.hpp"
 

@@ -1,9 +1,9 @@
 #include "data_shm.hpp"
 
 #include "dice/core/errc.hpp"
-#include "dice/net/data_plane.hpp"
+#include "net/data_plane.hpp"
 #include "dice/security/auth.hpp"
-#include "dice/storage/fd_io.hpp"
+#include "storage/fd_io.hpp"
 
 #include <fcntl.h>
 #include <sys/mman.h>

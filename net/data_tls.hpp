@@ -7,7 +7,7 @@
 // does the work; only the settings live here.
 
 #include "dice/security/auth.hpp"
-#include "dice/net/data_plane.hpp"
+#include "net/data_plane.hpp"
 
 #include "caf/expected.hpp"
 

@@ -1,4 +1,4 @@
-#include "dice/net/data_wire.hpp"
+#include "net/data_wire.hpp"
 
 #include <algorithm>
 #include <cstring>

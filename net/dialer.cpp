@@ -1,11 +1,11 @@
-#include "dice/net/dialer.hpp"
+#include "net/dialer.hpp"
 
 #include "dice/security/auth.hpp"
 #include "dice/core/errc.hpp"
 #include "dice/logging/log.hpp"
-#include "dice/net/handover.hpp"
-#include "dice/net/preamble.hpp"
-#include "dice/net/socket.hpp"
+#include "net/handover.hpp"
+#include "net/preamble.hpp"
+#include "net/socket.hpp"
 #include "dice/security/trust.hpp"
 
 #include "caf/blocking_actor.hpp"

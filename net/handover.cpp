@@ -1,4 +1,4 @@
-#include "dice/net/handover.hpp"
+#include "net/handover.hpp"
 
 #include "dice/core/errc.hpp"
 

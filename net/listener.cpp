@@ -1,8 +1,8 @@
-#include "dice/net/listener.hpp"
+#include "net/listener.hpp"
 
 #include "dice/core/errc.hpp"
 #include "dice/logging/log.hpp"
-#include "dice/net/socket.hpp"
+#include "net/socket.hpp"
 #include "dice/security/auth.hpp"
 #include "dice/security/trust.hpp"
 

@@ -1,4 +1,4 @@
-#include "dice/net/preamble.hpp"
+#include "net/preamble.hpp"
 
 #include "dice/security/auth.hpp"
 #include "dice/core/errc.hpp"

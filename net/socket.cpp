@@ -1,4 +1,4 @@
-#include "dice/net/socket.hpp"
+#include "net/socket.hpp"
 
 #include "dice/core/errc.hpp"
 

@@ -1,4 +1,4 @@
-#include "dice/runtime/cli.hpp"
+#include "runtime/cli.hpp"
 
 #include "dice/core/errc.hpp"
 

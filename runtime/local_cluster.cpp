@@ -1,6 +1,6 @@
 #include "dice/runtime/local_cluster.hpp"
 
-#include "dice/runtime/role_supervisor.hpp"
+#include "runtime/role_supervisor.hpp"
 #include "dice/core/errc.hpp"
 #include "dice/logging/log.hpp"
 
@@ -57,7 +57,7 @@ run_deterministic(caf::actor_system& sys,
                   caf::scheduler::test_coordinator& sched,
                   std::vector<local_node> local_nodes, local_run_options opts) {
   caf::scoped_actor sink{sys, true};
-  auto the_router = sys.spawn(router_behavior, router_config{});
+  auto the_router = dice::spawn_router(sys, router_config{});
   auto nodes = make_nodes(std::move(local_nodes), the_router, opts,
                           caf::actor_cast<caf::actor>(sink));
   for (auto& n : nodes)
@@ -128,7 +128,7 @@ run_local(caf::actor_system& sys, std::vector<local_node> local_nodes,
     return run_deterministic(sys, *sched, std::move(local_nodes),
                              std::move(opts));
   caf::scoped_actor self{sys};
-  auto the_router = sys.spawn(router_behavior, router_config{});
+  auto the_router = dice::spawn_router(sys, router_config{});
   auto nodes = make_nodes(std::move(local_nodes), the_router, opts,
                           caf::actor_cast<caf::actor>(self));
   for (auto& n : nodes)

@@ -1,17 +1,18 @@
 #include "dice/runtime/node.hpp"
 
-#include "dice/actors/gate.hpp"
+#include "actors/gate.hpp"
 #include "dice/actors/role_actor.hpp"
 #include "dice/core/errc.hpp"
 #include "dice/exchangers/context_exchanger.hpp"
 #include "dice/exchangers/model_exchanger.hpp"
 #include "dice/logging/log.hpp"
-#include "dice/messages/learner_group_hello.hpp"
-#include "dice/net/data_plane.hpp"
-#include "dice/net/dialer.hpp"
-#include "dice/net/handover.hpp"
-#include "dice/runtime/role_supervisor.hpp"
+#include "dice/messages/detail/learner_group_hello.hpp"
+#include "net/data_plane.hpp"
+#include "net/dialer.hpp"
+#include "net/handover.hpp"
+#include "runtime/role_supervisor.hpp"
 #include "dice/type_ids.hpp"
+#include "net/listener.hpp"
 
 #include "caf/exit_reason.hpp"
 #include "caf/io/middleman.hpp"
@@ -70,7 +71,7 @@ caf::expected<node> node::start(caf::actor_system& sys, node_config cfg) {
     bc.relay_deadline = c.relay_deadline;
     bc.relay_fanout = c.relay_fanout;
   }
-  result.router_ = sys.spawn(dice::router_behavior, std::move(bc));
+  result.router_ = dice::spawn_router(sys, std::move(bc));
   if (c.distributed && c.listen)
     if (auto err = result.listen())
       return err;

@@ -1,4 +1,4 @@
-#include "dice/runtime/role_supervisor.hpp"
+#include "runtime/role_supervisor.hpp"
 
 #include "dice/core/errc.hpp"
 #include "dice/logging/log.hpp"

@@ -1,4 +1,4 @@
-#include "dice/security/senders.hpp"
+#include "security/senders.hpp"
 
 #include "dice/logging/log.hpp"
 

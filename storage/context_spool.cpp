@@ -1,5 +1,5 @@
 // The context spool's writer: segments, records, rotation and settling.
-#include "dice/storage/context_spool.hpp"
+#include "storage/context_spool.hpp"
 
 #include "context_spool_impl.hpp"
 

@@ -5,9 +5,9 @@
 
 #include "dice/core/errc.hpp"
 #include "dice/logging/log.hpp"
-#include "dice/messages/snapshot_chunk.hpp"
-#include "dice/storage/context_spool.hpp"
-#include "dice/storage/fd_io.hpp"
+#include "dice/messages/detail/snapshot_chunk.hpp"
+#include "storage/context_spool.hpp"
+#include "storage/fd_io.hpp"
 
 #include "caf/binary_deserializer.hpp"
 #include "caf/binary_serializer.hpp"

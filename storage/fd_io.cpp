@@ -1,4 +1,4 @@
-#include "dice/storage/fd_io.hpp"
+#include "storage/fd_io.hpp"
 
 #include <unistd.h>
 

@@ -3,9 +3,9 @@
 #pragma once
 
 #include "dice/core/errc.hpp"
-#include "dice/messages/snapshot_chunk.hpp"
+#include "dice/messages/detail/snapshot_chunk.hpp"
 #include "dice/security/trust.hpp"
-#include "dice/storage/fd_io.hpp"
+#include "storage/fd_io.hpp"
 #include "dice/storage/storage.hpp"
 
 #include "caf/binary_deserializer.hpp"

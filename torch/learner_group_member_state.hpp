@@ -4,7 +4,7 @@
 // learner_group_member.cpp (forming, failure, re-forming, the API) and
 // learner_group_member_join.cpp (a restarted learner's join, rank 0 lost).
 
-#include "dice/messages/learner_group_hello.hpp"
+#include "dice/messages/detail/learner_group_hello.hpp"
 #include "dice/messages/peer_event.hpp"
 #include "dice/torch/learner_group_member.hpp"
 

@@ -4,7 +4,7 @@
 #include "dice/actors/router.hpp"
 #include "dice/messages/context_delta.hpp"
 #include "dice/messages/payload.hpp"
-#include "dice/net/data_plane.hpp"
+#include "net/data_plane.hpp"
 
 #include "caf/actor_system.hpp"
 #include "caf/event_based_actor.hpp"

@@ -1,7 +1,7 @@
 // What the modes that run dice nodes share.
 
 #include "dice/core/errc.hpp"
-#include "dice/net/data_plane.hpp"
+#include "net/data_plane.hpp"
 #include "dice/process/spawn.hpp"
 #include "dice/type_ids.hpp"
 

@@ -1,7 +1,7 @@
 // remote_bench publisher: a snapshot source for the same-host process tests.
 
 #include "dice/actors/router.hpp"
-#include "dice/net/data_plane.hpp"
+#include "net/data_plane.hpp"
 
 #include "caf/actor_system.hpp"
 #include "caf/scoped_actor.hpp"

@@ -14,7 +14,7 @@
 
 #include "dice/actors/router.hpp"
 #include "dice/messages/context_delta.hpp"
-#include "dice/net/data_plane.hpp"
+#include "net/data_plane.hpp"
 #include "dice/process/spawn.hpp"
 
 #include "caf/actor_system.hpp"

@@ -5,8 +5,8 @@
 // printing an --eval-only run, and the evaluator middleware itself. The
 // caller plays and saves its own network type.
 
-#include "dice/core/context.hpp"
-#include "dice/runtime/middleware.hpp"
+#include "dice/pipeline/context.hpp"
+#include "dice/pipeline/middleware.hpp"
 
 #include "caf/expected.hpp"
 

@@ -7,7 +7,7 @@
 
 #include "dice/core/role.hpp"
 #include "dice/exchangers/model_exchanger.hpp"
-#include "dice/runtime/middleware.hpp"
+#include "dice/pipeline/middleware.hpp"
 #include "dice/torch/model.hpp"
 
 #include <cstdint>

@@ -7,7 +7,7 @@
 #include "dice/exchangers/learner_hello.hpp"
 #include "dice/exchangers/model_exchanger.hpp"
 #include "dice/logging/log.hpp"
-#include "dice/runtime/middleware.hpp"
+#include "dice/pipeline/middleware.hpp"
 #include "dice/runtime/node.hpp"
 #include "dice/torch/model.hpp"
 

@@ -1,8 +1,8 @@
 // A DQN collector: steps vectorised CartPoles with epsilon-greedy actions
 // and puts one transition_batch per iteration into the context.
 
-#include "dice/core/context.hpp"
-#include "dice/runtime/middleware.hpp"
+#include "dice/pipeline/context.hpp"
+#include "dice/pipeline/middleware.hpp"
 
 #include "cartpole.hpp"
 #include "evals.hpp"

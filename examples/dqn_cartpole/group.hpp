@@ -4,7 +4,7 @@
 // iteration the learners add up their new data and agree on the number of
 // gradient steps; each step averages the gradients over the group.
 
-#include "dice/core/context.hpp"
+#include "dice/pipeline/context.hpp"
 #include "dice/torch/learner_group_member.hpp"
 
 #include "dqn.hpp"

@@ -1,9 +1,9 @@
 // The DQN learner: replay buffer, gradient steps (alone or in a learner
 // group), policy lag, the progress line and the checkpoints.
 
-#include "dice/core/context.hpp"
+#include "dice/pipeline/context.hpp"
 #include "dice/logging/log.hpp"
-#include "dice/runtime/middleware.hpp"
+#include "dice/pipeline/middleware.hpp"
 
 #include "evals.hpp"
 #include "shared_run.hpp"

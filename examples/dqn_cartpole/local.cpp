@@ -7,7 +7,7 @@
 #include "dice/exchangers/model_exchanger.hpp"
 #include "dice/logging/log.hpp"
 #include "dice/runtime/local_cluster.hpp"
-#include "dice/runtime/middleware.hpp"
+#include "dice/pipeline/middleware.hpp"
 #include "dice/torch/model.hpp"
 
 #include "caf/actor_system.hpp"

@@ -6,7 +6,7 @@
 // cluster) use. Torch-using.
 
 #include "dice/core/node_report.hpp"
-#include "dice/runtime/middleware.hpp"
+#include "dice/pipeline/middleware.hpp"
 
 #include "caf/expected.hpp"
 

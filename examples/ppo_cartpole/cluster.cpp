@@ -10,7 +10,7 @@
 #include "dice/exchangers/periodical_model_exchanger.hpp"
 #include "dice/logging/log.hpp"
 #include "dice/runtime/local_cluster.hpp"
-#include "dice/runtime/middleware.hpp"
+#include "dice/pipeline/middleware.hpp"
 #include "dice/runtime/node.hpp"
 #include "dice/torch/checkpoint.hpp"
 #include "dice/torch/model.hpp"

@@ -5,8 +5,8 @@
 // context, the evaluator plays greedy episodes. Internal to ppo_cartpole
 // (cluster.cpp wires them); torch-using.
 
-#include "dice/core/context.hpp"
-#include "dice/runtime/middleware.hpp"
+#include "dice/pipeline/context.hpp"
+#include "dice/pipeline/middleware.hpp"
 
 #include "options.hpp"
 #include "outputs.hpp"

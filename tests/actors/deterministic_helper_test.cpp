@@ -4,7 +4,7 @@
 
 #include "dice/exchangers/context_exchanger.hpp"
 #include "dice/runtime/local_cluster.hpp"
-#include "dice/runtime/scheduling.hpp"
+#include "dice/actors/scheduling.hpp"
 #include "dice/actors/storage_loader.hpp"
 #include "dice/core/errc.hpp"
 #include "dice/type_ids.hpp"

@@ -9,7 +9,7 @@
 
 #include "dice/actors/role_actor.hpp"
 #include "dice/runtime/local_cluster.hpp"
-#include "dice/runtime/middleware.hpp"
+#include "dice/pipeline/middleware.hpp"
 #include "dice/runtime/node.hpp"
 #include "dice/security/trust.hpp"
 #include "dice/type_ids.hpp"

@@ -2,7 +2,7 @@
 // value, so CAF 0.17's parser (which reads only the latter) takes both.
 
 #include "dice/runtime/node.hpp"
-#include "dice/runtime/cli.hpp"
+#include "runtime/cli.hpp"
 #include "dice/core/errc.hpp"
 
 #include "caf/actor_system_config.hpp"

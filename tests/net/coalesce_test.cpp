@@ -6,7 +6,7 @@
 
 #include "dice/actors/router.hpp"
 #include "dice/messages/context_delta.hpp"
-#include "dice/messages/forward_batch.hpp"
+#include "dice/messages/detail/forward_batch.hpp"
 #include "dice/security/trust.hpp"
 #include "dice/type_ids.hpp"
 

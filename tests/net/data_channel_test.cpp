@@ -8,7 +8,7 @@
 #include "dice/logging/log.hpp"
 #include "dice/messages/context_delta.hpp"
 #include "dice/messages/model_snapshot.hpp"
-#include "dice/net/data_plane.hpp"
+#include "net/data_plane.hpp"
 #include "dice/type_ids.hpp"
 
 #include "caf/actor_system.hpp"

@@ -7,12 +7,12 @@
 // has a deadline.
 
 #include "dice/logging/log.hpp"
-#include "dice/messages/snapshot_chunk.hpp"
-#include "dice/net/data_auth.hpp"
-#include "dice/net/data_plane.hpp"
-#include "dice/net/data_wire.hpp"
-#include "dice/net/dialer.hpp"
-#include "dice/net/listener.hpp"
+#include "dice/messages/detail/snapshot_chunk.hpp"
+#include "net/data_auth.hpp"
+#include "net/data_plane.hpp"
+#include "net/data_wire.hpp"
+#include "net/dialer.hpp"
+#include "net/listener.hpp"
 #include "dice/security/auth.hpp"
 #include "dice/security/trust.hpp"
 #include "dice/type_ids.hpp"

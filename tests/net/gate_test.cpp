@@ -2,7 +2,7 @@
 // messages — even exit_reason::kill, which no CAF handler can trap — stops
 // neither the gate nor the router (real middleman, loopback, port 0).
 
-#include "dice/actors/gate.hpp"
+#include "actors/gate.hpp"
 #include "dice/security/auth.hpp"
 #include "dice/security/trust.hpp"
 #include "dice/type_ids.hpp"
@@ -32,7 +32,7 @@ struct net_config : caf::actor_system_config {
 TEST(Gate, RemoteExitsEvenKillStopNeitherGateNorRouter) {
   net_config server_cfg;
   caf::actor_system server{server_cfg};
-  auto router = server.spawn(dice::router_behavior, dice::router_config{});
+  auto router = dice::spawn_router(server, dice::router_config{});
   auto gate = dice::gate_of(server, router);
   ASSERT_TRUE(gate) << caf::to_string(gate.error());
   auto port = server.middleman().publish(*gate, 0, "127.0.0.1", true);

@@ -6,9 +6,9 @@
 
 #include "dice/core/errc.hpp"
 #include "dice/logging/log.hpp"
-#include "dice/net/data_plane.hpp"
-#include "dice/net/preamble.hpp"
-#include "dice/net/socket.hpp"
+#include "net/data_plane.hpp"
+#include "net/preamble.hpp"
+#include "net/socket.hpp"
 #include "dice/runtime/node.hpp"
 #include "dice/security/auth.hpp"
 #include "dice/security/trust.hpp"

@@ -3,7 +3,7 @@
 // its message (the channel's first bytes must stay in the socket).
 
 #include "dice/security/auth.hpp"
-#include "dice/net/preamble.hpp"
+#include "net/preamble.hpp"
 
 #include <gtest/gtest.h>
 

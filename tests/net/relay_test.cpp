@@ -5,7 +5,7 @@
 // model, in order, from the learner directly. Every wait has a deadline.
 
 #include "dice/messages/model_snapshot.hpp"
-#include "dice/net/data_plane.hpp"
+#include "net/data_plane.hpp"
 #include "dice/runtime/node.hpp"
 #include "dice/type_ids.hpp"
 

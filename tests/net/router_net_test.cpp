@@ -3,8 +3,9 @@
 // (io::network::test_multiplexer). No sockets, no real time. Nodes publish
 // their router's gate, as dice::node does.
 
+#include "actors/router_state.hpp"
 #include "dice/actors/router.hpp"
-#include "dice/actors/gate.hpp"
+#include "actors/gate.hpp"
 #include "dice/core/errc.hpp"
 #include "dice/messages/context_delta.hpp"
 #include "dice/security/trust.hpp"

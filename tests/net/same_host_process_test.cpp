@@ -6,7 +6,7 @@
 #include "dice/messages/context_delta.hpp"
 #include "dice/messages/model_snapshot.hpp"
 #include "dice/messages/peer_event.hpp"
-#include "dice/net/data_plane.hpp"
+#include "net/data_plane.hpp"
 #include "dice/runtime/node.hpp"
 #include "dice/type_ids.hpp"
 

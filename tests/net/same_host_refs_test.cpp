@@ -4,11 +4,11 @@
 // arrives whole. Real loopback sockets and real memfds, one process;
 // ephemeral ports; every wait has a deadline.
 
-#include "dice/net/data_auth.hpp"
-#include "dice/net/data_plane.hpp"
-#include "dice/net/data_wire.hpp"
-#include "dice/net/dialer.hpp"
-#include "dice/net/listener.hpp"
+#include "net/data_auth.hpp"
+#include "net/data_plane.hpp"
+#include "net/data_wire.hpp"
+#include "net/dialer.hpp"
+#include "net/listener.hpp"
 #include "dice/security/auth.hpp"
 #include "dice/type_ids.hpp"
 

@@ -2,11 +2,11 @@
 // large snapshots in checksummed chunks, reassembled in order, and a torn,
 // corrupt or interrupted transfer is dropped with a log line.
 
-#include "dice/actors/gate.hpp"
+#include "actors/gate.hpp"
 #include "dice/actors/router.hpp"
 #include "dice/logging/log.hpp"
 #include "dice/messages/model_snapshot.hpp"
-#include "dice/net/chunker.hpp"
+#include "net/chunker.hpp"
 #include "dice/type_ids.hpp"
 
 #include "caf/actor_system.hpp"
@@ -266,8 +266,8 @@ TEST(SnapshotTransfer, LargeSnapshotsReachAPeerInChunksIntact) {
   bc_a.chunk_bytes = 1 << 20;
   dice::router_config bc_b;
   bc_b.node = 2;
-  auto router_a = sys_a.spawn(dice::router_behavior, bc_a);
-  auto router_b = sys_b.spawn(dice::router_behavior, bc_b);
+  auto router_a = dice::spawn_router(sys_a, bc_a);
+  auto router_b = dice::spawn_router(sys_b, bc_b);
   auto gate_a = dice::gate_of(sys_a, router_a);
   ASSERT_TRUE(gate_a) << caf::to_string(gate_a.error());
   auto port = sys_a.middleman().publish(*gate_a, 0, "127.0.0.1");

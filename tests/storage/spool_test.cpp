@@ -3,7 +3,7 @@
 // short by a kill is dropped, settled deltas are not recovered and their
 // files go, and files that are not this node's (or lie) are left alone.
 
-#include "dice/storage/context_spool.hpp"
+#include "storage/context_spool.hpp"
 
 #include "support/files.hpp"
 #include <gtest/gtest.h>

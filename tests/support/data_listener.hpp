@@ -3,8 +3,8 @@
 // A loopback listener that hands data connections to a data plane (and
 // closes anything else): what the data-plane tests listen with.
 
-#include "dice/net/data_plane.hpp"
-#include "dice/net/listener.hpp"
+#include "net/data_plane.hpp"
+#include "net/listener.hpp"
 
 #include <unistd.h>
 

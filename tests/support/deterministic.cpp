@@ -57,7 +57,7 @@ void deterministic::advance(caf::timespan d) {
 }
 
 router_actor deterministic::spawn_router() {
-  auto result = sys.spawn(router_behavior, router_config{});
+  auto result = dice::spawn_router(sys, router_config{});
   spawned.push_back(caf::actor_cast<caf::actor>(result));
   sched.run();
   return result;

@@ -6,7 +6,7 @@
 // GoogleTest.)
 
 #include "dice/actors/router.hpp"
-#include "dice/actors/role_actor.hpp"
+#include "actors/role_state.hpp"
 #include "dice/logging/log.hpp"
 #include "dice/type_ids.hpp"
 

@@ -4,7 +4,7 @@
 // windows, spool): the pipelines and spawning the acks and spool tests share.
 
 #include "dice/exchangers/context_exchanger.hpp"
-#include "dice/actors/role_actor.hpp"
+#include "actors/role_state.hpp"
 
 #include "support/deterministic.hpp"
 #include "support/probes.hpp"

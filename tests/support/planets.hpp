@@ -5,7 +5,8 @@
 // (io::network::test_multiplexer). No sockets, no real time. (CAF's
 // io_dsl.hpp needs CAF's own test engine; this drives the same loop.)
 
-#include "dice/actors/gate.hpp"
+#include "actors/gate.hpp"
+#include "actors/router_state.hpp"
 #include "dice/actors/router.hpp"
 #include "dice/messages/context_delta.hpp"
 #include "dice/messages/peer_event.hpp"
@@ -141,7 +142,7 @@ class planets : public ::testing::Test {
   /// Spawns a router on planet `i` (stopped when the test ends).
   router_actor spawn_router(int i, std::uint32_t node, router_config cfg = {}) {
     cfg.node = node;
-    auto b = hosts[i]->sys.spawn(dice::router_behavior, cfg);
+    auto b = dice::spawn_router(hosts[i]->sys, cfg);
     actors.emplace_back(i, caf::actor_cast<caf::actor>(b));
     exec_all();
     return b;

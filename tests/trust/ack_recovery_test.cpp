@@ -26,7 +26,7 @@ class AckRecoveryTest : public dice::test::exchange_fixture {
   router_actor spawn_forgetful_router() {
     router_config bcfg;
     bcfg.max_held_per_topic = 0;
-    auto router = sys.spawn(dice::router_behavior, bcfg);
+    auto router = dice::spawn_router(sys, bcfg);
     spawned.push_back(caf::actor_cast<caf::actor>(router));
     run();
     return router;

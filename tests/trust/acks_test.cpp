@@ -30,7 +30,7 @@ class AcksTest : public dice::test::exchange_fixture {
 TEST_F(AcksTest, LostDeltasAreResentAndCountedOnce) {
   router_config bcfg;
   bcfg.max_held_per_topic = 0; // a router that loses what nobody receives yet
-  auto router = sys.spawn(dice::router_behavior, bcfg);
+  auto router = dice::spawn_router(sys, bcfg);
   spawned.push_back(caf::actor_cast<caf::actor>(router));
   run();
   auto cstats = make_stats();
@@ -260,7 +260,7 @@ TEST_F(AcksTest, RestartedCollectorIsCountedPerIncarnation) {
 TEST_F(AcksTest, ALearnerConnectingTriggersAnImmediateResend) {
   router_config bcfg;
   bcfg.max_held_per_topic = 0; // a router that loses what nobody receives yet
-  auto router = sys.spawn(dice::router_behavior, bcfg);
+  auto router = dice::spawn_router(sys, bcfg);
   spawned.push_back(caf::actor_cast<caf::actor>(router));
   run();
   auto cstats = make_stats();

@@ -9,7 +9,7 @@
 #include "dice/messages/context_delta.hpp"
 #include "dice/messages/model_snapshot.hpp"
 #include "dice/messages/payload.hpp"
-#include "dice/messages/peer_hello.hpp"
+#include "dice/messages/detail/peer_hello.hpp"
 #include "dice/security/trust.hpp"
 #include "dice/type_ids.hpp"
 

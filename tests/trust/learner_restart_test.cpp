@@ -6,6 +6,7 @@
 // the new learner knows where the stream starts instead of guessing from
 // the first seq it sees).
 
+#include "actors/role_state.hpp"
 #include "dice/exchangers/context_exchanger.hpp"
 #include "dice/actors/storage_loader.hpp"
 #include "dice/messages/context_delta.hpp"
@@ -72,7 +73,7 @@ class LearnerRestart : public dice::test::deterministic,
 TEST_P(LearnerRestart, ReplacementAppliesEveryDeltaTheDeadOneMissed) {
   router_config bcfg;
   bcfg.max_held_per_topic = 0; // what nobody receives is lost
-  auto router = sys.spawn(dice::router_behavior, bcfg);
+  auto router = dice::spawn_router(sys, bcfg);
   spawned.push_back(caf::actor_cast<caf::actor>(router));
   run();
   auto cstats = std::make_shared<context_exchange_stats>();

@@ -8,7 +8,7 @@
 
 #include "dice/security/auth.hpp"
 #include "dice/messages/context_delta.hpp"
-#include "dice/net/dialer.hpp"
+#include "net/dialer.hpp"
 #include "dice/type_ids.hpp"
 
 #include "caf/actor_system.hpp"

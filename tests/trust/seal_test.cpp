@@ -8,14 +8,14 @@
 // CAF's test coordinator joined by the testing network backend.
 
 #include "dice/actors/router.hpp"
-#include "dice/actors/gate.hpp"
+#include "actors/gate.hpp"
 #include "dice/security/auth.hpp"
 #include "dice/core/errc.hpp"
 #include "dice/messages/context_ack.hpp"
 #include "dice/messages/context_delta.hpp"
 #include "dice/messages/event.hpp"
 #include "dice/messages/model_snapshot.hpp"
-#include "dice/messages/snapshot_chunk.hpp"
+#include "dice/messages/detail/snapshot_chunk.hpp"
 #include "dice/security/trust.hpp"
 #include "dice/type_ids.hpp"
 

@@ -48,7 +48,7 @@ TEST_F(SpoolTest, DeltasAKilledCollectorSpooledAreRepublishedAndCountedOnce) {
   dice::test::scratch dir{"spool_killed"};
   router_config bcfg;
   bcfg.max_held_per_topic = 0;
-  auto router = sys.spawn(dice::router_behavior, bcfg);
+  auto router = dice::spawn_router(sys, bcfg);
   spawned.push_back(caf::actor_cast<caf::actor>(router));
   run();
   auto first = collector_opts(dir.dir.string());

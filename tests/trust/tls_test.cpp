@@ -8,7 +8,7 @@
 #include "dice/runtime/node.hpp"
 #include "dice/security/auth.hpp"
 #include "dice/core/errc.hpp"
-#include "dice/net/dialer.hpp"
+#include "net/dialer.hpp"
 #include "dice/security/trust.hpp"
 
 #include "caf/actor_system.hpp"
@@ -116,13 +116,13 @@ class Tls : public ::testing::Test {
       bc.node = 1;
       bc.connect_timeout = 500ms;
       bc.dialer = dice::net::spawn_dialer(sys, {1, "", files.any(), 500ms});
-      b = sys.spawn(dice::router_behavior, bc);
+      b = dice::spawn_router(sys, bc);
     } else {
       dice::router_config bc;
       bc.node = 1;
       bc.tls = files.any();
       bc.connect_timeout = 500ms;
-      b = sys.spawn(dice::router_behavior, bc);
+      b = dice::spawn_router(sys, bc);
     }
     caf::scoped_actor self{sys};
     self->send(b, dice::attach_atom::value, std::string{"127.0.0.1"}, port);

@@ -2,13 +2,12 @@
 
 #include "dice/core/role.hpp"
 #include "dice/messages/finish.hpp"
-#include "dice/messages/forward_batch.hpp"
-#include "dice/messages/peer_hello.hpp"
-#include "dice/net/chunker.hpp"
-#include "dice/security/senders.hpp"
+#include "dice/messages/detail/forward_batch.hpp"
+#include "dice/messages/detail/peer_hello.hpp"
 #include "dice/type_ids.hpp"
 
 #include "caf/actor.hpp"
+#include "caf/actor_system.hpp"
 #include "caf/message.hpp"
 #include "caf/response_promise.hpp"
 #include "caf/stateful_actor.hpp"
@@ -42,11 +41,11 @@ namespace dice {
 /// a topic one of its members subscribed to.
 ///
 /// Other nodes never talk to the router itself: each router spawns a gate
-/// (dice/actors/gate.hpp), the one actor a node publishes, and all traffic
+/// (actors/gate.hpp), the one actor a node publishes, and all traffic
 /// with peers goes through it in both directions. Local control (join,
 /// subscribe, publish, done, attach, peers, gate) is taken only from actors
 /// of this node that name themselves and that no other node can name (see
-/// dice/security/senders.hpp); peer traffic only from an authenticated peer's
+/// security/senders.hpp); peer traffic only from an authenticated peer's
 /// gate, and only in that peer's own name.
 using router_actor = caf::typed_actor<
   // join(node, roles, member, topics) -> the finish, if the run is over.
@@ -172,138 +171,6 @@ struct router_config {
   std::size_t coalesce_bytes = 64 * 1024;
 };
 
-/// A relay round this node started, until every receiver confirmed it.
-struct router_relay_round {
-  /// Topic and publisher of the snapshot.
-  std::string topic;
-  std::uint32_t sender = 0;
-  /// The bytes (and their transport checksum), for direct sends.
-  std::shared_ptr<const net::data_item> item;
-  /// Each receiver's upstream (this node or another receiver).
-  std::map<std::uint32_t, std::uint32_t> upstream;
-  /// Receivers that have not confirmed delivery.
-  std::set<std::uint32_t> pending;
-  /// Receivers this node already sent the bytes directly.
-  std::set<std::uint32_t> direct;
-};
-
-/// One subscriber of a topic.
-struct router_subscriber {
-  /// The subscriber's node id (messages from that node are not echoed).
-  std::uint32_t node = 0;
-  /// The subscriber.
-  caf::actor member;
-};
-
-/// A connected peer node.
-struct router_peer {
-  /// Its node id.
-  std::uint32_t node = 0;
-  /// Its roles.
-  role_set roles;
-  /// Its gate (a proxy of a remote actor): everything to and from the peer.
-  caf::actor handle;
-  /// Topics its members subscribed to.
-  std::vector<std::string> topics;
-  /// Every member of the peer is done.
-  bool drained = false;
-  /// Index into `router_state::endpoints` if this node attached to the peer.
-  std::optional<std::size_t> endpoint;
-};
-
-/// A peer address this node attaches to (and re-attaches to when lost).
-struct router_endpoint {
-  /// Host name or address.
-  std::string host;
-  /// Port.
-  std::uint16_t port = 0;
-  /// Delay before the next attempt.
-  caf::timespan backoff{0};
-  /// A connection or handshake is in progress, or the peer is connected.
-  bool busy = false;
-  /// Identifies the pending retry timer.
-  std::uint64_t timer = 0;
-};
-
-/// A handshake this node started whose hello answer is in flight.
-struct router_handshake {
-  /// Index into `router_state::endpoints`.
-  std::size_t endpoint = 0;
-  /// What the peer sent before its answer arrived (its backlog for us),
-  /// handled in order once the answer names the peer.
-  std::vector<caf::message> early;
-};
-
-/// Forwards waiting for one peer (router_routing.cpp, "Coalescing").
-struct router_outbox {
-  /// The peer's gate.
-  caf::actor peer;
-  /// Queued since the last flush, in publish order.
-  std::vector<forwarded> items;
-  /// Payload bytes of `items` (context deltas only; others count as small).
-  std::size_t bytes = 0;
-  /// A forward went out since the last flush: more may follow while the
-  /// router is busy, so they queue here until the next (flush).
-  bool armed = false;
-};
-
-/// State of a router.
-struct router_state {
-  /// Settings.
-  router_config cfg;
-  /// Every joined role actor.
-  std::vector<router_subscriber> members;
-  /// Subscribers per topic, each once.
-  std::map<std::string, std::vector<router_subscriber>> topics;
-  /// Messages published while a topic had no subscriber.
-  std::map<std::string, std::deque<std::pair<std::uint32_t, caf::message>>>
-    held;
-  /// Last message per retained topic, with its sender.
-  std::map<std::string, std::pair<std::uint32_t, caf::message>> retained;
-  /// Members that finished their last iteration.
-  std::vector<caf::actor> done;
-  /// Set once the run is over.
-  std::optional<finish> finished;
-  /// Messages dropped from the hold because it was full.
-  std::uint64_t held_dropped = 0;
-  /// Connected peer nodes.
-  std::vector<router_peer> peers;
-  /// Addresses this node attaches to.
-  std::vector<router_endpoint> endpoints;
-  /// Requests waiting for a number of peers.
-  std::vector<
-    std::pair<std::uint32_t, caf::typed_response_promise<std::uint32_t>>>
-    peer_waiters;
-  /// Every local member is done and the peers were told.
-  bool drained = false;
-  /// The members got (done): the node may stop.
-  bool released = false;
-  /// Open secret challenges: nonces sent and received, per challenger.
-  std::map<caf::actor_addr, std::pair<std::string, std::string>> challenges;
-  /// Identifies the pending peer-loss timer (0: none).
-  std::uint64_t loss_timer = 0;
-  /// Source of timer ids.
-  std::uint64_t next_timer = 0;
-  /// Splits snapshots for peers and reassembles the peers' chunks.
-  snapshot_chunker chunks;
-  /// This node's gate: the only actor peers address or hear from.
-  caf::actor gate;
-  /// Handshakes in flight that this node started, by the peer gate.
-  std::map<caf::actor_addr, router_handshake> handshakes;
-  /// Messages dropped from strangers, logged once per source.
-  drop_log drops;
-  /// Open relay rounds this node started, by round.
-  std::map<std::uint32_t, router_relay_round> relay_rounds;
-  /// The last relay round this node started.
-  std::uint32_t relay_next = 0;
-  /// Forwards waiting per peer gate.
-  std::map<caf::actor_addr, router_outbox> outboxes;
-  /// A (flush) to itself is in the mailbox.
-  bool flush_pending = false;
-  /// Name in CAF's logs.
-  static inline const char* name = "dice.router";
-};
-
 /// Process-wide coalescing counters (router_coalesce.cpp).
 struct router_counters {
   /// forward_batch messages routers of this process sent.
@@ -317,9 +184,7 @@ struct router_counters {
 /// Current values of the coalescing counters.
 router_counters router_stats() noexcept;
 
-/// Behaviour of a router.
-router_actor::behavior_type
-router_behavior(router_actor::stateful_pointer<router_state> self,
-                router_config cfg);
+/// Spawns a router (a node's one; `node::start` and `run_local` spawn it).
+router_actor spawn_router(caf::actor_system& sys, router_config cfg = {});
 
 } // namespace dice

@@ -1,27 +1,15 @@
 #pragma once
 
-#include "dice/actors/loader.hpp"
-#include "dice/messages/context_delta.hpp"
+#include "dice/exchangers/loader_options.hpp"
+#include "dice/pipeline/loaders.hpp"
+
+#include "caf/actor_system.hpp"
 
 namespace dice {
 
-/// DI-engine's FileStorageLoader: a loader of context deltas, a
-/// collector's trajectories (see loader_actor for its messages).
-using storage_loader_actor = loader_actor<context_delta>;
-
-/// State of a storage loader.
-struct storage_loader_state : loader_state {
-  /// Name in CAF's logs.
-  static inline const char* name = "dice.storage_loader";
-};
-
-/// Behaviour of a storage loader.
-storage_loader_actor::behavior_type storage_loader_behavior(
-  storage_loader_actor::stateful_pointer<storage_loader_state> self,
-  loader_options opts);
-
-/// Spawns a storage loader (detached unless `opts.detached` is false).
+/// Spawns a storage loader (DI-engine's FileStorageLoader; detached unless
+/// `opts.detached` is false). Its messages: loader_actor.
 storage_loader_actor spawn_storage_loader(caf::actor_system& sys,
-                                          loader_options opts = {});
+                                                   loader_options opts = {});
 
 } // namespace dice

@@ -2,7 +2,7 @@
 
 #include "dice/actors/storage_loader.hpp"
 #include "dice/core/role.hpp"
-#include "dice/runtime/middleware.hpp"
+#include "dice/pipeline/middleware.hpp"
 
 #include "caf/timespan.hpp"
 

@@ -1,6 +1,6 @@
 #pragma once
 
-#include "dice/runtime/middleware.hpp"
+#include "dice/pipeline/middleware.hpp"
 #include "dice/core/model.hpp"
 
 namespace dice {

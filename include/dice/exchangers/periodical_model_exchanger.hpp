@@ -1,7 +1,7 @@
 #pragma once
 
 #include "dice/actors/model_loader.hpp"
-#include "dice/runtime/middleware.hpp"
+#include "dice/pipeline/middleware.hpp"
 #include "dice/core/model.hpp"
 
 #include "caf/expected.hpp"

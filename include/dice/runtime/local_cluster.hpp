@@ -1,7 +1,7 @@
 #pragma once
 
 #include "dice/actors/role_actor.hpp"
-#include "dice/runtime/middleware.hpp"
+#include "dice/pipeline/middleware.hpp"
 #include "dice/core/node_report.hpp"
 #include "dice/core/role.hpp"
 

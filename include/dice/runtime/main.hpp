@@ -6,67 +6,41 @@
 // and an unknown one is named, and `--dice.deterministic` switches the
 // scheduler to CAF's single-threaded test coordinator before the actor
 // system starts (dice::run_local then drives it), so a seeded embedded run
-// is reproducible.
+// is reproducible. dice::run (dice/runtime/run.hpp) starts the same way.
 
-#include "dice/core/errc.hpp"
-#include "dice/process/fork_server.hpp"
-#include "dice/process/spawn.hpp"
-#include "dice/runtime/cli.hpp"
-#include "dice/runtime/node.hpp"
+#include "dice/runtime/node_config.hpp"
 
 #include "caf/actor_system.hpp"
 #include "caf/actor_system_config.hpp"
-#include "caf/atom.hpp"
-#include "caf/config_value.hpp"
-#include "caf/settings.hpp"
 
-#include <algorithm>
-#include <cstdlib>
-#include <iostream>
-#include <string>
 #include <type_traits>
-#include <vector>
+
+namespace dice::detail {
+
+/// What every dice program does first: dies with a parent that asked for it
+/// (dice-launch) and, started by `dice-launch --fork-server`, serves forks
+/// (only forked nodes return, each with its own arguments).
+void start_process(int& argc, char**& argv);
+
+/// Parses the command line (and caf-application.ini) into `cfg`; -1 to go
+/// on, else the exit code (a bad option is named on stderr; --help exits 0).
+/// `deterministic` is set from --dice.deterministic.
+int parse_options(caf::actor_system_config& cfg, int argc, char** argv,
+                  bool& deterministic);
+
+} // namespace dice::detail
 
 namespace dice {
-
-namespace detail {
-
-/// Reads the protected option set of any actor_system_config (a member
-/// pointer taken through a derived class is one of the base).
-struct config_options : caf::actor_system_config {
-  static const caf::config_option_set& of(const caf::actor_system_config& x) {
-    return x.*(&config_options::custom_options_);
-  }
-};
-
-} // namespace detail
 
 /// Parses the options into a `Config`, starts the actor system and returns
 /// what `fun(sys, cfg)` returns.
 template <class Config, class F>
 int exec_main(F fun, int argc, char** argv) {
-  process::die_with_parent_if_asked();
-  // Started by `dice-launch --fork-server`: only forked nodes return, each
-  // with its own arguments (libraries loaded once, before any thread).
-  process::serve_forks_if_asked(argc, argv);
+  detail::start_process(argc, argv);
   Config cfg;
-  std::string program = argc > 0 ? argv[0] : "program";
-  program = program.substr(program.rfind('/') + 1);
-  auto args = normalize_cli(detail::config_options::of(cfg),
-                            std::vector<std::string>(argv + std::min(argc, 1),
-                                                     argv + argc));
-  if (!args) {
-    std::cerr << program << ": " << render(args.error()) << std::endl;
-    return EXIT_FAILURE;
-  }
-  if (auto err = cfg.parse(std::move(*args), "caf-application.ini")) {
-    std::cerr << "error while parsing CLI and file options: "
-              << caf::actor_system_config::render(err) << std::endl;
-    return EXIT_FAILURE;
-  }
-  if (cfg.cli_helptext_printed)
-    return EXIT_SUCCESS;
-  bool deterministic = caf::get_or(cfg, "dice.deterministic", false);
+  bool deterministic = false;
+  if (auto rc = detail::parse_options(cfg, argc, argv, deterministic); rc >= 0)
+    return rc;
   if constexpr (std::is_base_of<node_system_config, Config>::value)
     deterministic = deterministic || cfg.deterministic;
   if (deterministic)

@@ -3,8 +3,7 @@
 #include "dice/actors/router.hpp"
 #include "dice/core/node_report.hpp"
 #include "dice/core/role.hpp"
-#include "dice/net/listener.hpp"
-#include "dice/runtime/middleware.hpp"
+#include "dice/pipeline/middleware.hpp"
 #include "dice/runtime/node_config.hpp"
 #include "dice/security/auth.hpp"
 
@@ -20,6 +19,11 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+namespace dice::net {
+class listener;
+class data_plane;
+} // namespace dice::net
 
 namespace dice {
 

@@ -9,8 +9,8 @@
 // iteration and the group's collectives between backward and step.
 
 #include "dice/exchangers/context_exchanger.hpp"
-#include "dice/core/context.hpp"
-#include "dice/runtime/middleware.hpp"
+#include "dice/pipeline/context.hpp"
+#include "dice/pipeline/middleware.hpp"
 #include "dice/torch/learner_group.hpp"
 
 #include "caf/error.hpp"

@@ -7,7 +7,7 @@
 // fresh context and a new incarnation on the same router.
 
 #include "dice/actors/role_actor.hpp"
-#include "dice/runtime/middleware.hpp"
+#include "dice/pipeline/middleware.hpp"
 
 #include "caf/actor_system.hpp"
 #include "caf/error.hpp"

@@ -1,18 +1,18 @@
 #pragma once
 
-#include "dice/exchangers/loader_options.hpp"
+// The typed handles of dice's loaders (actors/storage_loader.hpp,
+// actors/model_loader.hpp): middleware hands work to a loader through
+// node_services, so the pipeline layer needs their interfaces, while the
+// actors themselves live a layer above it.
+
+#include "dice/messages/context_delta.hpp"
+#include "dice/messages/model_snapshot.hpp"
 #include "dice/messages/storage_ref.hpp"
-#include "dice/security/senders.hpp"
-#include "dice/storage/storage.hpp"
 #include "dice/type_ids.hpp"
 
 #include "caf/actor.hpp"
-#include "caf/actor_system.hpp"
-#include "caf/stateful_actor.hpp"
 #include "caf/typed_actor.hpp"
-#include "caf/typed_event_based_actor.hpp"
 
-#include <memory>
 #include <string>
 #include <vector>
 
@@ -44,16 +44,12 @@ using loader_actor = caf::typed_actor<
   // internal: remove expired items
   caf::reacts_to<tick_atom>>;
 
-/// State of a loader (both kinds).
-struct loader_state {
-  /// Owns the stored items.
-  std::unique_ptr<storage_keeper> keeper;
-  /// Settings.
-  loader_options opts;
-  /// A sweep is scheduled.
-  bool sweeping = false;
-  /// Messages dropped because of their sender, logged once per source.
-  drop_log drops;
-};
+/// DI-engine's FileStorageLoader: a loader of context deltas, a
+/// collector's trajectories (see loader_actor for its messages).
+using storage_loader_actor = loader_actor<context_delta>;
+
+/// DI-engine's FileModelLoader: a loader of model snapshots (see
+/// loader_actor for its messages).
+using model_loader_actor = loader_actor<model_snapshot>;
 
 } // namespace dice

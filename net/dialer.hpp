@@ -1,7 +1,7 @@
 #pragma once
 
-#include "dice/net/preamble.hpp"
-#include "dice/net/socket.hpp"
+#include "net/preamble.hpp"
+#include "net/socket.hpp"
 
 #include "caf/actor.hpp"
 #include "caf/actor_system.hpp"

@@ -1,6 +1,6 @@
 #pragma once
 
-#include "dice/net/preamble.hpp"
+#include "net/preamble.hpp"
 
 #include "caf/expected.hpp"
 #include "caf/timespan.hpp"

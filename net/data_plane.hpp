@@ -36,7 +36,7 @@
 // the router falls back to BASP chunks, with a warning and a counter.
 
 #include "dice/messages/shared_bytes.hpp"
-#include "dice/net/data_auth.hpp"
+#include "net/data_auth.hpp"
 #include "dice/security/auth.hpp"
 
 #include "caf/actor.hpp"

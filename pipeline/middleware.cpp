@@ -1,4 +1,4 @@
-#include "dice/runtime/middleware.hpp"
+#include "dice/pipeline/middleware.hpp"
 
 #include "dice/core/model.hpp"
 

@@ -1,4 +1,4 @@
-#include "dice/core/context.hpp"
+#include "dice/pipeline/context.hpp"
 
 namespace dice {
 
