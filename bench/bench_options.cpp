@@ -5,7 +5,10 @@
 
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <utility>
 
 namespace dice::bench {
@@ -27,8 +30,7 @@ std::string option_values::text(const std::string& name,
 }
 
 long option_values::integer(const std::string& name, long fallback) const {
-  // The same conversion as the check at parse time, so that a value the
-  // parser took always converts.
+  // decimal() let through only numbers that fit a long, in decimal.
   auto i = values_.find(name);
   long result = fallback;
   if (i != values_.end() && !CLI::detail::lexical_cast(i->second, result))
@@ -46,6 +48,27 @@ double option_values::real(const std::string& name, double fallback) const {
 
 namespace {
 
+// Whole numbers in decimal that fit a long, as std::stol read them before
+// CLI11 (whose conversion takes "010" as octal 8 and saturates one that
+// does not fit): an optional '-', digits, leading zeros dropped.
+CLI::Validator decimal() {
+  return CLI::Validator(
+    [](std::string& str) -> std::string {
+      auto digits = str.rfind('-', 0) == 0 ? 1u : 0u;
+      if (str.size() == digits
+          || str.find_first_not_of("0123456789", digits) != std::string::npos)
+        return "'" + str + "' is not a whole number";
+      errno = 0;
+      std::strtol(str.c_str(), nullptr, 10);
+      if (errno == ERANGE)
+        return "'" + str + "' is out of range";
+      auto zeros = std::min(str.find_first_not_of('0', digits), str.size() - 1);
+      str.erase(digits, zeros - digits);
+      return {};
+    },
+    "");
+}
+
 // Registers `specs` on `app`, in their order. The checks' own descriptions
 // are blanked: CLI11 would append them to the value's name in --help.
 std::vector<CLI::Option*> add_specs(CLI::App& app,
@@ -59,7 +82,7 @@ std::vector<CLI::Option*> add_specs(CLI::App& app,
       case value_kind::integer:
         opt = app.add_option(flag, spec.description)
                 ->type_name("INT")
-                ->check(CLI::TypeValidator<long>{}.description(""));
+                ->transform(decimal());
         break;
       case value_kind::real:
         opt = app.add_option(flag, spec.description)

@@ -30,6 +30,20 @@ class formatter : public CLI::Formatter {
   }
 };
 
+// Whole numbers in decimal, as before CLI11 (whose conversion takes "010"
+// as octal 8 and "0x10" as 16): digits only, leading zeros dropped.
+CLI::Validator decimal() {
+  return CLI::Validator(
+    [](std::string& str) -> std::string {
+      if (str.empty()
+          || str.find_first_not_of("0123456789") != std::string::npos)
+        return "'" + str + "' is not a whole number";
+      str.erase(0, std::min(str.find_first_not_of('0'), str.size() - 1));
+      return {};
+    },
+    "");
+}
+
 // "[0, 3600] seconds" as a CLI11 check: Range would let "nan" through.
 CLI::Validator seconds() {
   return CLI::Validator(
@@ -98,12 +112,14 @@ options parse(int argc, char** argv) {
     .add_option("--workers,--parallel-workers", opts.workers,
                 "nodes to start, 1 to 4096")
     ->type_name("N")
+    ->transform(decimal())
     ->check(CLI::Range(1u, 4096u).description(""))
     ->capture_default_str();
   app
     .add_option("--learners", opts.learners,
                 "nodes 0..L-1 are one learner group")
     ->type_name("L")
+    ->transform(decimal())
     ->check(CLI::Range(1u, 65536u).description(""));
   app
     .add_option("--topology", opts.topology,
@@ -115,12 +131,14 @@ options parse(int argc, char** argv) {
   app
     .add_option("--ports", opts.ports, "one per node, or the first of a range")
     ->type_name("P[,P...]")
+    ->transform(decimal())
     ->delimiter(',')
     ->allow_extra_args(false);
   app
     .add_option("--node-ids", opts.node_ids,
                 "one per node, or the first of a range")
     ->type_name("I[,I...]")
+    ->transform(decimal())
     ->delimiter(',')
     ->allow_extra_args(false);
   app
@@ -138,6 +156,7 @@ options parse(int argc, char** argv) {
     .add_option("--max-restarts", opts.max_restarts,
                 "restarts per node that failed or died")
     ->type_name("N")
+    ->transform(decimal())
     ->check(CLI::Range(0u, 1000000u).description(""))
     ->capture_default_str();
   app
