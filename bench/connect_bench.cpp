@@ -32,6 +32,7 @@
 #include <cstdio>
 #include <string>
 #include <thread>
+#include <variant>
 #include <vector>
 
 namespace {
@@ -39,12 +40,12 @@ namespace {
 using clk = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
-const std::vector<std::string> known_options{"rounds", "secret"};
-
-long num(int argc, char** argv, const std::string& name, long fallback) {
-  return std::stol(
-    dice::bench::option(argc, argv, 1, name, std::to_string(fallback)));
-}
+const std::vector<dice::bench::option_spec> specs{
+  {"rounds", dice::bench::value_kind::integer,
+   "connections timed per path (20)"},
+  {"secret", dice::bench::value_kind::integer,
+   "the cluster secret on (1, default) or off (0)"},
+};
 
 double median(std::vector<double> xs) {
   std::sort(xs.begin(), xs.end());
@@ -118,11 +119,15 @@ std::vector<double> attach_rounds(long rounds, std::uint16_t port,
 } // namespace
 
 int main(int argc, char** argv) {
-  if (auto why = dice::bench::check_options(argc, argv, 1, known_options);
-      !why.empty())
-    return dice::bench::refuse("connect_bench", why, known_options);
-  auto rounds = num(argc, argv, "rounds", 20);
-  auto with_secret = num(argc, argv, "secret", 1) != 0;
+  auto parsed = dice::bench::parse_options(
+    "connect_bench",
+    "Connection set-up between two dice nodes on loopback, with baselines.",
+    specs, {}, argc, argv);
+  if (auto* code = std::get_if<int>(&parsed))
+    return *code;
+  auto& given = std::get<dice::bench::option_values>(parsed);
+  auto rounds = given.integer("rounds", 20);
+  auto with_secret = given.integer("secret", 1) != 0;
   dice::log::set_threshold(dice::log::level::error);
   std::string secret = with_secret ? "0123456789abcdef0123456789abcdef" : "";
   dice::node_system_config server_cfg;

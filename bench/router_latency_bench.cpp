@@ -13,15 +13,16 @@
 //   {"idle": {...}, "pool": {...}, "detached": {...}} with, per run, the
 //   round trips' p50/p99/max in microseconds and the trainers' updates/s.
 
-#include "dice/runtime/local_cluster.hpp"
 #include "dice/logging/log.hpp"
 #include "dice/messages/context_delta.hpp"
+#include "dice/runtime/local_cluster.hpp"
 #include "dice/type_ids.hpp"
 
 #include "caf/actor_system.hpp"
 #include "caf/actor_system_config.hpp"
 #include "caf/make_message.hpp"
 
+#include "bench_options.hpp"
 #include "dqn.hpp"
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
@@ -33,6 +34,7 @@
 #include <iostream>
 #include <memory>
 #include <string>
+#include <variant>
 #include <vector>
 
 namespace {
@@ -247,16 +249,18 @@ nlohmann::json run(int with_trainers, bool detached, int pings, int updates) {
 } // namespace
 
 int main(int argc, char** argv) {
-  // --quick: fewer round trips (CI smoke); --verbose: dice's info logs.
-  int pings = 1000;
-  bool verbose = false;
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (arg == "--quick")
-      pings = 100;
-    else if (arg == "--verbose")
-      verbose = true;
-  }
+  using dice::bench::value_kind;
+  auto parsed = dice::bench::parse_options(
+    "router_latency_bench",
+    "Round trips through the router while two learners train.",
+    {{"quick", value_kind::flag, "100 round trips per run, not 1000 (CI)"},
+     {"verbose", value_kind::flag, "dice's info logs"}},
+    {}, argc, argv);
+  if (auto* code = std::get_if<int>(&parsed))
+    return *code;
+  auto& given = std::get<dice::bench::option_values>(parsed);
+  int pings = given.has("quick") ? 100 : 1000;
+  bool verbose = given.has("verbose");
   // One trainer iteration: 8 gradient steps (about 5-20 ms here).
   int updates = 8;
   torch::set_num_threads(1);

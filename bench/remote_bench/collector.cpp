@@ -62,18 +62,17 @@ caf::actor spawn_acker(caf::actor_system& sys, const dice::router_actor& router,
 // mesh is its peer with a data connection up, then subscribes and says
 // ready (an ack with seq 0). Each snapshot is acked with its version and
 // the checksum of the bytes it loaded (in `base`).
-int mesh_collector(caf::actor_system& sys, dice::node& dn, int argc,
-                   char** argv) {
+int mesh_collector(caf::actor_system& sys, dice::node& dn) {
   auto node = dn.id();
-  auto n = static_cast<std::uint32_t>(num(argc, argv, "collectors", 1));
+  auto n = static_cast<std::uint32_t>(num("collectors", 1));
   auto router = dn.router();
   caf::scoped_actor self{sys};
   auto attach = [&](std::uint16_t port) {
     self->send(router, dice::attach_atom::value, std::string{"127.0.0.1"},
                port);
   };
-  attach(static_cast<std::uint16_t>(num(argc, argv, "port", 0)));
-  auto peers = arg(argc, argv, "peers", "");
+  attach(static_cast<std::uint16_t>(num("port", 0)));
+  auto peers = arg("peers", "");
   for (std::size_t at = 0; at < peers.size();) {
     auto end = peers.find(',', at);
     if (end == std::string::npos)
@@ -109,12 +108,12 @@ int mesh_collector(caf::actor_system& sys, dice::node& dn, int argc,
 } // namespace
 
 // A collector node: answers each snapshot with an ack, or streams context.
-int collector_main(int argc, char** argv) {
+int collector_main() {
   config cfg;
   caf::actor_system sys{cfg};
-  auto node = static_cast<std::uint32_t>(num(argc, argv, "node", 1));
-  auto mode = arg(argc, argv, "mode", "snapshot");
-  auto mesh = num(argc, argv, "mesh", 0) != 0;
+  auto node = static_cast<std::uint32_t>(num("node", 1));
+  auto mode = arg("mode", "snapshot");
+  auto mesh = num("mesh", 0) != 0;
   std::optional<dice::node> dn;
   if (mesh) {
     // In a mesh the collector listens too: its "listening on" line tells
@@ -126,7 +125,7 @@ int collector_main(int argc, char** argv) {
       dn->data_plane()->set_same_host(false);
     }
   } else {
-    dn = start_node(sys, node, false, arg(argc, argv, "path", "data"));
+    dn = start_node(sys, node, false, arg("path", "data"));
   }
   if (!dn)
     _exit(4);
@@ -134,22 +133,22 @@ int collector_main(int argc, char** argv) {
   caf::scoped_actor self{sys};
   auto ack_topic = std::string{"ack"};
   if (mode == "snapshot" && mesh)
-    return mesh_collector(sys, *dn, argc, argv);
+    return mesh_collector(sys, *dn);
   if (mode == "snapshot") {
     auto member = spawn_acker(sys, router, node, false);
     self->send(router, dice::join_atom::value, node, dice::role_set{}, member,
                std::vector<std::string>{"model"});
     self->receive([](const std::vector<dice::finish>&) {});
     self->send(router, dice::attach_atom::value, std::string{"127.0.0.1"},
-               static_cast<std::uint16_t>(num(argc, argv, "port", 0)));
+               static_cast<std::uint16_t>(num("port", 0)));
     for (;;)
       std::this_thread::sleep_for(1h); // until the learner's SIGTERM
   }
   // context: stream deltas of `batch` transitions, at most `window` in
   // flight (the learner acks each delta on "ack<node>").
-  auto obs = num(argc, argv, "obs", 4);
-  auto batch = num(argc, argv, "batch", 1000);
-  auto window = num(argc, argv, "window", 8);
+  auto obs = num("obs", 4);
+  auto batch = num("batch", 1000);
+  auto window = num("window", 8);
   // One transition: obs, next_obs, action, reward, done as floats.
   std::vector<float> items(static_cast<std::size_t>(batch * (2 * obs + 3)),
                            0.5f);
@@ -160,7 +159,7 @@ int collector_main(int argc, char** argv) {
              std::vector<std::string>{ack_topic + std::to_string(node)});
   self->receive([](const std::vector<dice::finish>&) {});
   self->send(router, dice::attach_atom::value, std::string{"127.0.0.1"},
-             static_cast<std::uint16_t>(num(argc, argv, "port", 0)));
+             static_cast<std::uint16_t>(num("port", 0)));
   self->request(router, 30s, dice::peers_atom::value, std::uint32_t{1})
     .receive([](std::uint32_t) {},
              [](caf::error&) {

@@ -19,10 +19,10 @@
 namespace dice::bench::remote {
 
 int context_main(int argc, char** argv) {
-  auto n = num(argc, argv, "collectors", 3);
-  auto obs = num(argc, argv, "obs", 4);
-  auto seconds = std::stod(arg(argc, argv, "seconds", "3"));
-  auto path = arg(argc, argv, "path", "data");
+  auto n = num("collectors", 3);
+  auto obs = num("obs", 4);
+  auto seconds = given.real("seconds", 3);
+  auto path = arg("path", "data");
   config cfg;
   caf::actor_system sys{cfg};
   // The learner listens as in the snapshot mode: behind dice's preamble

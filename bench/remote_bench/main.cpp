@@ -25,48 +25,84 @@
 
 #include "remote_bench.hpp"
 
-#include <cstdio>
 #include <string>
+#include <variant>
 #include <vector>
+
+namespace dice::bench::remote {
+
+option_values given;
+
+} // namespace dice::bench::remote
 
 namespace {
 
-// Options after the mode.
-const std::vector<std::string> known_options{
-  "size",   "rounds", "collectors", "obs",      "batch",  "seconds", "chunk",
-  "window", "port",   "node",       "mode",     "path",   "tls",     "relay",
-  "kill",   "mesh",   "peers",      "deadline", "fanout", "coalesce"};
+using dice::bench::value_kind;
+
+// Every mode takes every option: a learner passes its own options on to the
+// collectors it starts (nodes.cpp), which ignore what is not theirs.
+const std::vector<dice::bench::option_spec> specs{
+  {"size", value_kind::integer, "bytes per snapshot or message (6800000)"},
+  {"rounds", value_kind::integer, "timed rounds (10)"},
+  {"collectors", value_kind::integer,
+   "collector processes (snapshot 1, context 3, relay 8)"},
+  {"path", value_kind::text,
+   "data (default), shm (same host) or basp (BASP only)"},
+  {"tls", value_kind::text, "TLS on every node, with DIR/{cert,key,ca}.pem",
+   "DIR"},
+  {"coalesce", value_kind::integer,
+   "routers batch queued forwards: 1 (default) or 0"},
+  {"obs", value_kind::integer, "context: floats per observation (4)"},
+  {"batch", value_kind::integer, "context: transitions per delta (1000)"},
+  {"seconds", value_kind::real, "context: seconds counted (3)"},
+  {"window", value_kind::integer,
+   "context: deltas a collector keeps in flight (8)"},
+  {"relay", value_kind::integer, "relay: broadcast on (1, default) or off (0)"},
+  {"kill", value_kind::integer,
+   "relay: collector K stops, then dies mid-run (0: none)"},
+  {"deadline", value_kind::integer, "relay: the relay deadline in seconds (5)"},
+  {"fanout", value_kind::integer, "relay: children per node of the tree (2)"},
+  // Set by the learner on the collectors' command lines.
+  {"port", value_kind::integer, "collector: the learner's port"},
+  {"node", value_kind::integer, "collector: its node id (1)"},
+  {"mode", value_kind::text, "collector: snapshot (default) or context"},
+  {"mesh", value_kind::integer, "collector: one of the relay's mesh (0)"},
+  {"peers", value_kind::text, "collector: the mesh peers it attaches to"},
+};
+
+const std::vector<dice::bench::mode_spec> modes{
+  {"tcp", "raw TCP, one stream (the snapshot figures' baseline)"},
+  {"snapshot", "model snapshots from the learner to N collectors"},
+  {"context", "context deltas from N collectors to the learner"},
+  {"relay", "snapshots to N collectors in a mesh, relay on or off"},
+  {"collector", "a learner's peer process (started by the other modes)"},
+  {"publisher", "a snapshot source (the same-host process tests)"},
+};
 
 } // namespace
 
 int main(int argc, char** argv) {
   using namespace dice::bench::remote;
   dice::process::die_with_parent_if_asked();
-  if (argc < 2) {
-    std::fprintf(stderr,
-                 "usage: remote_bench tcp|snapshot|context|collector "
-                 "[--size S] [--rounds R] [--collectors N] ...\n");
-    return 1;
-  }
-  std::string mode = argv[1];
-  if (auto why = dice::bench::check_options(argc, argv, 2, known_options);
-      !why.empty())
-    return dice::bench::refuse("remote_bench", why, known_options);
-  tls_dir = arg(argc, argv, "tls", "");
-  coalesce = arg(argc, argv, "coalesce", "1") != "0";
+  auto parsed = dice::bench::parse_options(
+    "remote_bench", "Multi-process figures over loopback (bench/run).", specs,
+    modes, argc, argv);
+  if (auto* code = std::get_if<int>(&parsed))
+    return *code;
+  given = std::get<dice::bench::option_values>(std::move(parsed));
+  tls_dir = arg("tls", "");
+  coalesce = num("coalesce", 1) != 0;
+  auto& mode = given.mode();
   if (mode == "tcp")
-    return tcp_main(num(argc, argv, "size", 6'800'000),
-                    num(argc, argv, "rounds", 10));
+    return tcp_main(num("size", 6'800'000), num("rounds", 10));
   if (mode == "collector")
-    return collector_main(argc, argv);
+    return collector_main();
   if (mode == "snapshot")
     return snapshot_main(argc, argv);
   if (mode == "publisher")
-    return publisher_main(argc, argv);
+    return publisher_main();
   if (mode == "context")
     return context_main(argc, argv);
-  if (mode == "relay")
-    return relay_main(argc, argv);
-  std::fprintf(stderr, "unknown mode %s\n", mode.c_str());
-  return 1;
+  // relay: parse_options took no other mode.
+  return relay_main(argc, argv);
 }

@@ -18,11 +18,11 @@ namespace dice::bench::remote {
 // A node that attaches to --port and publishes snapshots of --size bytes on
 // "model" until killed, printing "sent V" after each (the same-host tests
 // kill it with -9 in the middle).
-int publisher_main(int argc, char** argv) {
+int publisher_main() {
   config cfg;
   caf::actor_system sys{cfg};
-  auto node = static_cast<std::uint32_t>(num(argc, argv, "node", 1));
-  auto path = arg(argc, argv, "path", "shm");
+  auto node = static_cast<std::uint32_t>(num("node", 1));
+  auto path = arg("path", "shm");
   auto dn = start_node(sys, node, false, path);
   if (!dn)
     return 4;
@@ -32,7 +32,7 @@ int publisher_main(int argc, char** argv) {
              caf::actor{self}, std::vector<std::string>{});
   self->receive([](const std::vector<dice::finish>&) {});
   self->send(router, dice::attach_atom::value, std::string{"127.0.0.1"},
-             static_cast<std::uint16_t>(num(argc, argv, "port", 0)));
+             static_cast<std::uint16_t>(num("port", 0)));
   self->request(router, 30s, dice::peers_atom::value, std::uint32_t{1})
     .receive([](std::uint32_t) {},
              [](caf::error&) {
@@ -41,7 +41,7 @@ int publisher_main(int argc, char** argv) {
   auto& dp = dn->data_plane();
   if (dp && path == "shm" && !dp->wait_same_host(0, 10s))
     _exit(3);
-  auto x = make_snapshot(num(argc, argv, "size", 6'800'000));
+  auto x = make_snapshot(num("size", 6'800'000));
   x.sender = node; // peers refuse a snapshot that names another node
   for (std::int64_t v = 1;; ++v) {
     x.version = v;

@@ -109,13 +109,13 @@ std::optional<std::vector<pid_t>> start_mesh(int argc, char** argv, long n,
 } // namespace
 
 int relay_main(int argc, char** argv) {
-  auto n = num(argc, argv, "collectors", 8);
-  auto size = num(argc, argv, "size", 6'800'000);
-  auto rounds = num(argc, argv, "rounds", 10);
-  auto relay = num(argc, argv, "relay", 1) != 0;
-  auto kill = num(argc, argv, "kill", 0);
-  auto deadline = num(argc, argv, "deadline", 5);
-  auto fanout = num(argc, argv, "fanout", 2);
+  auto n = num("collectors", 8);
+  auto size = num("size", 6'800'000);
+  auto rounds = num("rounds", 10);
+  auto relay = num("relay", 1) != 0;
+  auto kill = num("kill", 0);
+  auto deadline = num("deadline", 5);
+  auto fanout = num("fanout", 2);
   config cfg;
   caf::actor_system sys{cfg};
   auto nc = node_settings(0, true, "data");

@@ -29,15 +29,17 @@ extern std::string tls_dir;
 /// --coalesce 0|1: routers batch forwards that queue for a peer (default 1).
 extern bool coalesce;
 
-/// The value of `--name` after the mode, or `fallback`.
-inline std::string arg(int argc, char** argv, const std::string& name,
-                       const std::string& fallback) {
-  return dice::bench::option(argc, argv, 2, name, fallback);
+/// The options after the mode (main.cpp parses them).
+extern dice::bench::option_values given;
+
+/// The value of `--name`, or `fallback`.
+inline std::string arg(const std::string& name, const std::string& fallback) {
+  return given.text(name, fallback);
 }
 
 /// The number after `--name`, or `fallback`.
-inline long num(int argc, char** argv, const std::string& name, long fallback) {
-  return std::stol(arg(argc, argv, name, std::to_string(fallback)));
+inline long num(const std::string& name, long fallback) {
+  return given.integer(name, fallback);
 }
 
 using dice::bench::print_json;
@@ -96,12 +98,13 @@ socket_bytes tcp_bytes();
 /// A snapshot of one uint8 tensor of `size` bytes.
 dice::model_snapshot make_snapshot(long size);
 
-/// The modes: each returns the process's exit code.
+/// The modes: each returns the process's exit code; those that start
+/// collectors pass `argv` (after the mode) on to them.
 int tcp_main(long size, long rounds);
 int snapshot_main(int argc, char** argv);
 int context_main(int argc, char** argv);
-int collector_main(int argc, char** argv);
-int publisher_main(int argc, char** argv);
+int collector_main();
+int publisher_main();
 int relay_main(int argc, char** argv);
 
 } // namespace dice::bench::remote

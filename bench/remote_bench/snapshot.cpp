@@ -18,10 +18,10 @@
 namespace dice::bench::remote {
 
 int snapshot_main(int argc, char** argv) {
-  auto n = num(argc, argv, "collectors", 1);
-  auto size = num(argc, argv, "size", 6'800'000);
-  auto rounds = num(argc, argv, "rounds", 10);
-  auto path = arg(argc, argv, "path", "data");
+  auto n = num("collectors", 1);
+  auto size = num("size", 6'800'000);
+  auto rounds = num("rounds", 10);
+  auto path = arg("path", "data");
   config cfg;
   caf::actor_system sys{cfg};
   // The learner is a dice node listening on an ephemeral port.

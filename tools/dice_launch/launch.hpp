@@ -103,7 +103,8 @@ struct run_state {
 
 /// Prints `why` and the usage, exits 2.
 [[noreturn]] void usage(const std::string& why);
-/// The launcher's options; exits through `usage` on bad ones.
+/// The launcher's options (CLI11); exits through `usage` on bad ones, and
+/// with 0 after printing the --help.
 options parse(int argc, char** argv);
 
 // -- ports (ports.cpp)

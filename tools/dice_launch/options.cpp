@@ -1,119 +1,195 @@
-// dice-launch's command line.
+// dice-launch's command line, parsed by CLI11: `--key value` and
+// `--key=value`, the launcher's options before `--`, the program and its
+// arguments after it.
 #include "launch.hpp"
+#include <CLI/CLI.hpp>
 
 namespace dice_launch {
 
-[[noreturn]] void usage(const std::string& why) {
-  std::cerr << "dice-launch: " << why << "\n"
-            << "usage: dice-launch --workers N [--learners L] "
-               "[--topology star|mesh|alone] "
-               "[--ports P[,P...]] [--node-ids I[,I...]] "
-               "[--attach-to host:port,...] [--host ADDR] "
-               "[--fork-server] [--max-restarts N] "
-               "[--restart-backoff SECONDS] [--stop-timeout SECONDS] "
-               "[--dice.secret-file=FILE] "
-               "[--openssl.KEY=VALUE ...] -- PROGRAM [ARGS...]\n";
-  std::exit(2);
-}
-
 namespace {
 
-std::vector<std::string> split(const std::string& str) {
+constexpr const char* synopsis = "dice-launch [OPTIONS] -- PROGRAM [ARGS...]";
+
+constexpr const char* footer
+  = "Everything after -- is the program and its arguments, passed on\n"
+    "verbatim. Each node gets --dice.node-id= --dice.workers=\n"
+    "--dice.topology= --dice.host= --dice.port= --dice.listen-fd=3\n"
+    "--dice.attach-to= (and --dice.learners= with --learners) ahead of\n"
+    "them; node ids are 0..N-1 and ports ephemeral unless given.\n"
+    "--dice.secret-file and --openssl.KEY=VALUE (any KEY) go to every\n"
+    "node unchanged; with neither, the nodes share a fresh secret.\n"
+    "Output lines are prefixed with \"[node ID] \"; the exit code is 0\n"
+    "only if every node exited 0.";
+
+// CLI11 2.1 writes "Usage: dice-launch [OPTIONS]"; the program after `--`
+// belongs in it.
+class formatter : public CLI::Formatter {
+ public:
+  std::string make_usage(const CLI::App*, std::string) const override {
+    return std::string{"Usage: "} + synopsis + "\n";
+  }
+};
+
+// Whole numbers in decimal, as before CLI11 (whose conversion takes "010"
+// as octal 8 and "0x10" as 16): digits only, leading zeros dropped.
+CLI::Validator decimal() {
+  return CLI::Validator(
+    [](std::string& str) -> std::string {
+      if (str.empty()
+          || str.find_first_not_of("0123456789") != std::string::npos)
+        return "'" + str + "' is not a whole number";
+      str.erase(0, std::min(str.find_first_not_of('0'), str.size() - 1));
+      return {};
+    },
+    "");
+}
+
+// "[0, 3600] seconds" as a CLI11 check: Range would let "nan" through.
+CLI::Validator seconds() {
+  return CLI::Validator(
+    [](std::string& str) -> std::string {
+      double x = 0;
+      if (!CLI::detail::lexical_cast(str, x) || !(x >= 0 && x <= 3600))
+        return "'" + str + "' is not 0 to 3600 seconds";
+      return {};
+    },
+    "");
+}
+
+// The `--openssl.KEY` options CLI11 left over (`--openssl.KEY=VALUE`, or the
+// key and its value as two extras), as "--openssl.KEY=VALUE"; the first
+// other leftover ends the launch as an unknown option.
+std::vector<std::string> openssl_options(const std::vector<std::string>& xs) {
+  static const std::string prefix = "--openssl.";
   std::vector<std::string> result;
-  std::size_t pos = 0;
-  while (pos <= str.size()) {
-    auto next = str.find(',', pos);
-    if (next == std::string::npos)
-      next = str.size();
-    if (next > pos)
-      result.push_back(str.substr(pos, next - pos));
-    pos = next + 1;
+  for (std::size_t k = 0; k < xs.size(); ++k) {
+    auto& x = xs[k];
+    auto name = x.substr(0, x.find('='));
+    if (name.rfind(prefix, 0) != 0 || name.size() == prefix.size())
+      usage(x.rfind('-', 0) == 0
+              ? "unknown option '" + name + "'"
+              : "unexpected argument '" + x + "': the program goes after --");
+    if (name.size() < x.size())
+      result.push_back(x);
+    else if (k + 1 < xs.size() && xs[k + 1].rfind('-', 0) != 0)
+      result.push_back(x + "=" + xs[++k]);
+    else
+      usage(x + ": 1 required VALUE missing");
   }
   return result;
 }
 
-unsigned long to_num(const std::string& str, unsigned long max,
-                     const char* what) {
-  char* end = nullptr;
-  errno = 0;
-  auto x = std::strtoul(str.c_str(), &end, 10);
-  if (str.empty() || *end != '\0' || errno != 0 || x > max)
-    usage(std::string{"bad "} + what + ": '" + str + "'");
-  return x;
-}
-
 } // namespace
+
+[[noreturn]] void usage(const std::string& why) {
+  std::cerr << "dice-launch: " << why << " (see --help)\n"
+            << "usage: " << synopsis << "\n";
+  std::exit(2);
+}
 
 options parse(int argc, char** argv) {
   options opts;
-  int i = 1;
-  auto value = [&](const std::string& flag) -> std::string {
-    std::string arg = argv[i];
-    auto eq = arg.find('=');
-    if (eq != std::string::npos)
-      return arg.substr(eq + 1);
-    if (i + 1 >= argc)
-      usage("missing value for " + flag);
-    return argv[++i];
-  };
-  for (; i < argc; ++i) {
-    std::string arg = argv[i];
-    auto flag = arg.substr(0, arg.find('='));
-    if (arg == "--") {
-      ++i;
-      break;
-    } else if (flag == "--workers" || flag == "--parallel-workers") {
-      opts.workers = static_cast<std::uint32_t>(
-        to_num(value(flag), 4096, "--workers"));
-    } else if (flag == "--learners") {
-      opts.learners = static_cast<std::uint32_t>(
-        to_num(value(flag), 65536, "--learners"));
-      if (opts.learners == 0)
-        usage("--learners must be at least 1");
-    } else if (flag == "--topology") {
-      opts.topology = value(flag);
-      if (opts.topology != "star" && opts.topology != "mesh"
-          && opts.topology != "alone")
-        usage("unknown topology '" + opts.topology + "'");
-    } else if (flag == "--ports") {
-      for (auto& p : split(value(flag)))
-        opts.ports.push_back(
-          static_cast<std::uint16_t>(to_num(p, 65535, "--ports")));
-    } else if (flag == "--node-ids") {
-      for (auto& p : split(value(flag)))
-        opts.node_ids.push_back(
-          static_cast<std::uint32_t>(to_num(p, 0xFFFFFFFFul, "--node-ids")));
-    } else if (flag == "--attach-to") {
-      opts.attach_to = value(flag);
-    } else if (flag == "--host" || flag == "--address") {
-      opts.host = value(flag);
-    } else if (flag == "--fork-server") {
-      opts.fork_server = true;
-    } else if (flag == "--max-restarts") {
-      opts.max_restarts = static_cast<std::uint32_t>(
-        to_num(value(flag), 1000000, "--max-restarts"));
-    } else if (flag == "--restart-backoff" || flag == "--stop-timeout") {
-      auto str = value(flag);
-      char* end = nullptr;
-      auto x = std::strtod(str.c_str(), &end);
-      if (str.empty() || *end != '\0' || !(x >= 0) || x > 3600)
-        usage("bad " + flag + ": '" + str + "' (seconds, 0 to 3600)");
-      (flag == "--stop-timeout" ? opts.stop_timeout : opts.restart_backoff) = x;
-    } else if (flag == "--dice.secret-file"
-               || flag.rfind("--openssl.", 0) == 0) {
-      opts.pass_through.push_back(flag + "=" + value(flag));
-    } else if (arg == "-h" || arg == "--help") {
-      usage("help");
-    } else {
-      usage("unknown option '" + arg + "'");
-    }
+  // The program's arguments are not dice-launch's: CLI11 gets only what
+  // comes before the first `--` (else it would read a program's --workers
+  // or --help as the launcher's own).
+  auto own = std::find_if(argv + 1, argv + argc, [](const char* arg) {
+    return std::strcmp(arg, "--") == 0;
+  });
+  if (own != argv + argc)
+    opts.command.assign(own + 1, argv + argc);
+  CLI::App app{"Starts N local processes of a dice program as the nodes of "
+               "one cluster.",
+               "dice-launch"};
+  app.formatter(std::make_shared<formatter>());
+  app.get_formatter()->column_width(32);
+  app.footer(footer);
+  // Unknown options come back as extras: --openssl.KEY takes any KEY, and
+  // a refusal names the option ("unknown option '--wrokers'").
+  app.allow_extras();
+  // An option given twice counts with its last value, as before CLI11.
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  app
+    .add_option("--workers,--parallel-workers", opts.workers,
+                "nodes to start, 1 to 4096")
+    ->type_name("N")
+    ->transform(decimal())
+    ->check(CLI::Range(1u, 4096u).description(""))
+    ->capture_default_str();
+  app
+    .add_option("--learners", opts.learners,
+                "nodes 0..L-1 are one learner group")
+    ->type_name("L")
+    ->transform(decimal())
+    ->check(CLI::Range(1u, 65536u).description(""));
+  app
+    .add_option("--topology", opts.topology,
+                "star: attach to node 0; mesh: to all before")
+    ->type_name("star|mesh|alone")
+    ->check(CLI::IsMember({"star", "mesh", "alone"}).description(""))
+    ->capture_default_str();
+  // Lists: one value per occurrence, split at commas; occurrences add up.
+  app
+    .add_option("--ports", opts.ports, "one per node, or the first of a range")
+    ->type_name("P[,P...]")
+    ->transform(decimal())
+    ->delimiter(',')
+    ->allow_extra_args(false);
+  app
+    .add_option("--node-ids", opts.node_ids,
+                "one per node, or the first of a range")
+    ->type_name("I[,I...]")
+    ->transform(decimal())
+    ->delimiter(',')
+    ->allow_extra_args(false);
+  app
+    .add_option("--attach-to", opts.attach_to,
+                "nodes elsewhere every node attaches to")
+    ->type_name("HOST:PORT,...");
+  app
+    .add_option("--host,--address", opts.host,
+                "the address every node listens on")
+    ->type_name("ADDR")
+    ->capture_default_str();
+  app.add_flag("--fork-server", opts.fork_server,
+               "fork every node from one instance (DICE_MAIN)");
+  app
+    .add_option("--max-restarts", opts.max_restarts,
+                "restarts per node that failed or died")
+    ->type_name("N")
+    ->transform(decimal())
+    ->check(CLI::Range(0u, 1000000u).description(""))
+    ->capture_default_str();
+  app
+    .add_option("--restart-backoff", opts.restart_backoff,
+                "before a first restart; doubles, at most 30 s")
+    ->type_name("SECONDS")
+    ->check(seconds())
+    ->capture_default_str();
+  app
+    .add_option("--stop-timeout", opts.stop_timeout,
+                "after SIGINT/SIGTERM, kill nodes after this")
+    ->type_name("SECONDS")
+    ->check(seconds())
+    ->capture_default_str();
+  std::string secret_file;
+  auto* secret = app
+                   .add_option("--dice.secret-file", secret_file,
+                               "the cluster secret, for every node")
+                   ->type_name("FILE");
+  try {
+    app.parse(static_cast<int>(own - argv), argv);
+  } catch (const CLI::ParseError& e) {
+    // --help is a ParseError with exit code 0: the help goes to stdout.
+    if (e.get_exit_code() == 0)
+      std::exit(app.exit(e));
+    usage(e.what());
   }
-  for (; i < argc; ++i)
-    opts.command.emplace_back(argv[i]);
+  if (secret->count() > 0)
+    opts.pass_through.push_back("--dice.secret-file=" + secret_file);
+  for (auto& x : openssl_options(app.remaining()))
+    opts.pass_through.push_back(x);
   if (opts.command.empty())
     usage("no program given after --");
-  if (opts.workers == 0)
-    usage("--workers must be at least 1");
   if (opts.learners > opts.workers)
     usage("--learners must not exceed --workers");
   // DI-engine: one id k means k..k+n-1; a list is used as is.
