@@ -23,6 +23,8 @@ std::string to_string(errc x) {
     case errc::unreachable: return "unreachable";
     case errc::unauthorized: return "unauthorized";
     case errc::retry_later: return "retry_later";
+    case errc::env_failed: return "env_failed";
+    case errc::invalid_action: return "invalid_action";
   }
   return "unknown";
 }

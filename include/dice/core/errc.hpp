@@ -44,6 +44,11 @@ enum class errc : std::uint8_t {
   /// (e.g. a restarted node whose old connection is not yet seen dead);
   /// try again after a backoff.
   retry_later,
+  /// An environment failed: its reset or step threw, or it was used out of
+  /// order (stepped before a reset, or after the vector stopped).
+  env_failed,
+  /// An action is outside the action space, or of the wrong kind for it.
+  invalid_action,
 };
 
 /// The enumerator's name, e.g. "model_mismatch".

@@ -49,7 +49,9 @@ struct space {
   /// discrete space (one index).
   std::int64_t flat_size() const noexcept;
 
-  /// gymnasium's repr: "Discrete(2)", "Box(-1.0, 1.0, (3,), float32)".
+  /// gymnasium's repr: "Discrete(2)", "Box(-1.0, 1.0, (3,), float32)",
+  /// "Box([-1. -1. -8.], [1. 1. 8.], (3,), float32)"; bounds print as numpy's
+  /// str() does (except its "..." summary of arrays over 1000 values).
   std::string to_string() const;
 };
 

@@ -1,0 +1,7 @@
+#include "dice/env/env.hpp"
+
+namespace dice {
+
+env::~env() = default;
+
+} // namespace dice
