@@ -64,10 +64,11 @@ void check_run(const run_result& res, int steps, int collectors) {
   EXPECT_EQ(roles["evaluator"], 1);
   EXPECT_EQ(roles["collector"], collectors);
   // Nothing is lost: the learner counted every step the collectors made and
-  // received every transition.
+  // received every batch (one item of 16 steps per collector iteration).
   EXPECT_EQ(learner["env_step"].get<std::int64_t>(), collected);
   EXPECT_EQ(learner["env_episode"].get<std::int64_t>(), episodes);
-  EXPECT_EQ(learner["trajectories_received"].get<std::int64_t>(), collected);
+  EXPECT_EQ(learner["trajectories_received"].get<std::int64_t>() * 16,
+            collected);
   EXPECT_EQ(learner["train_iter"].get<int>(), steps);
   EXPECT_EQ(learner["total_step"].get<int>(), steps - 1);
   EXPECT_EQ(learner["model_version"].get<int>(), steps);
@@ -86,7 +87,7 @@ TEST(HelloExchange, MoreCollectors) {
 // parser_error(missing_argument).
 TEST(HelloExchange, OptionsTakeTheirValueAsTheNextArgument) {
   // Flags in between keep taking no value.
-  check_run(run_example({"--steps", "6", "--dice.deterministic", "--trace",
+  check_run(run_example({"--steps", "6", "--dice.deterministic",
                          "--collectors", "3"}),
             6, 3);
 }
@@ -150,7 +151,7 @@ TEST_P(LastDeltaProcesses, TwentyRunsLoseNothing) {
   auto start = [&](int i) {
     std::vector<std::string> args{bin + "dice-launch",   "--workers", "2",
                                   "--topology",          "star",      "--",
-                                  bin + "hello_exchange"};
+                                  bin + "dice_exchange_probe"};
     if (i % 2 == 0) {
       args.push_back("--steps=100000000");
       args.push_back("--collector-steps=3");

@@ -1,6 +1,6 @@
 // dice-launch --fork-server: the program is started once and every node is
 // forked from it (dice::process::fork_client). Real processes: a cluster of
-// hello_exchange runs to its end, forked nodes are the launcher's children
+// dice_exchange_probe runs to its end, forked nodes are the launcher's children
 // (restarted, signalled and stopped as spawned ones), nothing is left
 // behind, and a program that is not a fork server falls back to spawning.
 // Every wait has a deadline; nothing sleeps to pass.
@@ -82,7 +82,7 @@ pid_t server_pid(process& p) {
 
 TEST(ForkServer, AClusterForkedFromOneImageRunsToItsEnd) {
   process p{launch({"--workers", "4"},
-                   {bin_dir + "hello_exchange", "--steps=200", "--trace"})};
+                   {bin_dir + "dice_exchange_probe", "--steps=200", "--trace"})};
   auto server = server_pid(p);
   ASSERT_GT(server, 0) << p.text();
   auto rc = p.wait_exit(60s);

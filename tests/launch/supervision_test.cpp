@@ -1,6 +1,6 @@
 // dice-launch --max-restarts: real processes. A stand-in node
 // (dice_flaky_node) fails on request for the launcher's own rules; a
-// hello_exchange cluster shows that a collector killed with kill -9 three
+// dice_exchange_probe cluster shows that a collector killed with kill -9 three
 // times comes back three times and that the learner counts exactly what the
 // collectors produced: nothing twice, and (through the spool the launcher
 // gives each node) nothing lost in flight at a kill.
@@ -279,7 +279,7 @@ TEST(SupervisedCluster,
   // times, each time once it iterates again.
   process p{launch(
     {"--workers", "4", "--max-restarts", "3", "--restart-backoff", "0.05"},
-    {bin_dir + "hello_exchange", "--trace", "--collector-steps=6000",
+    {bin_dir + "dice_exchange_probe", "--trace", "--collector-steps=6000",
      "--steps=1000000000", "--dice.peer-loss-timeout=20s"})};
   std::smatch m;
   ASSERT_TRUE(p.wait_for(std::regex{"node 3 started, pid ([0-9]+)"}, 30s, &m))

@@ -1,4 +1,4 @@
-// Clusters of real hello_exchange processes, bounded in time: a learner
+// Clusters of real dice_exchange_probe processes, bounded in time: a learner
 // killed and restarted under a waiting collector, two network namespaces
 // joined by a veth pair (two hosts), SLURM's environment and fixed ports.
 
@@ -39,7 +39,7 @@ std::optional<std::string> report_of(const child_process& p, int node) {
 }
 
 std::vector<std::string> hello(std::vector<std::string> args) {
-  args.insert(args.begin(), bin_dir + "hello_exchange");
+  args.insert(args.begin(), bin_dir + "dice_exchange_probe");
   return args;
 }
 
@@ -374,7 +374,7 @@ TEST(Launch, FixedPortsAreHonoured) {
   auto base = free_ports(3);
   ASSERT_NE(base, 0) << "no three free ports in a row";
   child_process launch{{bin_dir + "dice-launch", "--workers", "3", "--ports",
-                        std::to_string(base), "--", bin_dir + "hello_exchange",
+                        std::to_string(base), "--", bin_dir + "dice_exchange_probe",
                         "--steps=20"}};
   auto rc = launch.wait_exit(30s);
   ASSERT_TRUE(rc) << launch.text();

@@ -1,5 +1,5 @@
 // A stranger's raw bytes on a node's port, as an attacker sends them: real
-// hello_exchange processes on loopback with only the cluster secret (no
+// dice_exchange_probe processes on loopback with only the cluster secret (no
 // TLS). CAF 0.17.6 parsed these bytes before dice saw them: one 32-byte
 // BASP header crashed the node, four headers announcing 1 GiB each took
 // gigabytes. Every wait has a deadline; nothing sleeps to pass.
@@ -28,12 +28,12 @@ const std::string bin_dir = std::string{DICE_BINARY_DIR} + "/bin/";
 
 const std::string the_secret = "0123456789abcdef0123456789abcdef";
 
-/// hello_exchange as node `id` of 2, listening on an ephemeral loopback
+/// dice_exchange_probe as node `id` of 2, listening on an ephemeral loopback
 /// port with only the cluster secret.
 std::vector<std::string> node_args(int id, const std::string& secret_path,
                                    const std::string& attach,
                                    std::vector<std::string> extra = {}) {
-  std::vector<std::string> args{bin_dir + "hello_exchange",
+  std::vector<std::string> args{bin_dir + "dice_exchange_probe",
                                 "--dice.node-id=" + std::to_string(id),
                                 "--dice.workers=2",
                                 "--dice.topology=star",

@@ -1,4 +1,4 @@
-// Real processes on loopback: dice-launch and hello_exchange nodes with
+// Real processes on loopback: dice-launch and dice_exchange_probe nodes with
 // ephemeral ports. Every wait has a deadline; nothing sleeps to pass.
 
 #include "support/child_process.hpp"
@@ -69,7 +69,7 @@ std::vector<report> reports(const std::vector<std::string>& lines) {
 std::vector<std::string> node_args(int id, int workers,
                                    const std::string& attach,
                                    std::vector<std::string> extra) {
-  std::vector<std::string> args{bin_dir + "hello_exchange",
+  std::vector<std::string> args{bin_dir + "dice_exchange_probe",
                                 "--dice.node-id=" + std::to_string(id),
                                 "--dice.workers=" + std::to_string(workers),
                                 "--dice.topology=star",
@@ -86,7 +86,7 @@ const std::regex port_line{"dice-node 0 listening on port ([0-9]+)"};
 TEST(Process, LaunchThreeWorkersSumsEnvStep) {
   auto t0 = clock_type::now();
   process launch{{bin_dir + "dice-launch", "--workers", "3", "--",
-                  bin_dir + "hello_exchange", "--steps=20"}};
+                  bin_dir + "dice_exchange_probe", "--steps=20"}};
   auto rc = launch.wait_exit(30s);
   ASSERT_TRUE(rc) << "dice-launch did not end within 30 s\n" << launch.text();
   EXPECT_EQ(*rc, 0) << launch.text();
@@ -113,7 +113,7 @@ TEST(Process, LaunchThreeWorkersSumsEnvStep) {
 TEST(Process, FinishFromACollectorEndsEveryNode) {
   // The learner would run (almost) forever; a collector's max_step ends it.
   process launch{{bin_dir + "dice-launch", "--workers", "4", "--topology",
-                  "star", "--", bin_dir + "hello_exchange", "--steps=100000000",
+                  "star", "--", bin_dir + "dice_exchange_probe", "--steps=100000000",
                   "--collector-steps=30"}};
   std::smatch m;
   ASSERT_TRUE(launch.wait_for(std::regex{"\"stop_reason\":\"max_step\""}, 30s))

@@ -1,5 +1,5 @@
 // Issue 9, item 5: a reconnect always converges. Real processes on loopback
-// (hello_exchange, star): one side of a link is paused with SIGSTOP for
+// (dice_exchange_probe, star): one side of a link is paused with SIGSTOP for
 // longer than CAF's connection timeout (heartbeat, 1.5 s), then continued.
 // The paused side and its peers must find each other again and the run must
 // end with every transition a collector sent counted once by the learner.
@@ -44,7 +44,7 @@ std::string bin_dir() {
 std::vector<std::string> node_args(int id, std::string loss,
                                    std::vector<std::string> extra) {
   std::vector<std::string> args{
-    bin_dir() + "hello_exchange", "--dice.node-id=" + std::to_string(id),
+    bin_dir() + "dice_exchange_probe", "--dice.node-id=" + std::to_string(id),
     "--dice.workers=4",           "--dice.topology=star",
     "--dice.host=127.0.0.1",      "--dice.peer-loss-timeout=" + loss};
   args.insert(args.end(), extra.begin(), extra.end());

@@ -1,5 +1,5 @@
 // Issue 9, item 1 over real TCP: a learner and collectors run as processes
-// (hello_exchange, no cluster secret, loopback, ephemeral ports); the test
+// (dice_exchange_probe, no cluster secret, loopback, ephemeral ports); the test
 // process is the stranger. It knows only the learner's port, passes dice's
 // preamble (which without a secret anyone who speaks it passes) with
 // dice's own dialer, gets the published actor and sends it what dice's own
@@ -52,7 +52,7 @@ const std::string bin_dir = std::getenv("DICE_TEST_BIN_DIR")
 
 std::vector<std::string> node_args(int id, std::vector<std::string> extra) {
   std::vector<std::string> args{
-    bin_dir + "hello_exchange", "--dice.node-id=" + std::to_string(id),
+    bin_dir + "dice_exchange_probe", "--dice.node-id=" + std::to_string(id),
     "--dice.workers=3",         "--dice.topology=star",
     "--dice.host=127.0.0.1",    "--dice.peer-loss-timeout=10s"};
   args.insert(args.end(), extra.begin(), extra.end());

@@ -1,4 +1,4 @@
-// Soak: 1 learner, 1 evaluator and 6 collectors (hello_exchange) as real
+// Soak: 1 learner, 1 evaluator and 6 collectors (dice_exchange_probe) as real
 // processes through dice-launch, for DICE_SOAK_SECONDS (default 60). The
 // learner's resident memory is sampled every second and must stay flat
 // (within 10 % after warm-up); at the end every transition the collectors
@@ -111,7 +111,7 @@ TEST(Soak, LearnerMemoryStaysFlatAndNothingIsLostOrDoubled) {
   // The finisher joins from outside the launch: it needs the same secret.
   dice::test::secret_file secret;
   child_process launch{{bin_dir + "dice-launch", "--workers", "8", "--topology",
-                        "star", secret.flag(), "--", bin_dir + "hello_exchange",
+                        "star", secret.flag(), "--", bin_dir + "dice_exchange_probe",
                         "--steps=1000000000", "--dice.peer-loss-timeout=20s"}};
   std::smatch m;
   ASSERT_TRUE(launch.wait_for(
@@ -137,7 +137,7 @@ TEST(Soak, LearnerMemoryStaysFlatAndNothingIsLostOrDoubled) {
     samples.push_back(rss);
   }
   child_process finisher{
-    {bin_dir + "hello_exchange", "--dice.node-id=8", "--dice.workers=8",
+    {bin_dir + "dice_exchange_probe", "--dice.node-id=8", "--dice.workers=8",
      "--dice.topology=star", "--dice.attach-to=127.0.0.1:" + port,
      "--dice.host=127.0.0.1", secret.flag(), "--collector-steps=1"}};
   auto rc = launch.wait_exit(60s);
