@@ -22,6 +22,10 @@ run_config::run_config() {
          "more than 1 (0: --dice.learners)");
 }
 
+std::optional<int> run_config::run_instead(caf::actor_system&) const {
+  return std::nullopt;
+}
+
 role main_role(const role_set& roles) noexcept {
   for (auto r : {role::learner, role::evaluator, role::collector})
     if (roles.has(r))
@@ -216,6 +220,8 @@ int run_distributed(caf::actor_system& sys, const run_config& opts,
 
 int run_nodes(caf::actor_system& sys, const run_config& opts,
               const build_function& build) {
+  if (auto rc = opts.run_instead(sys))
+    return *rc;
   auto cfg = make_node_config(opts);
   if (!cfg) {
     log::error(0, "bad node settings: " + render(cfg.error()));

@@ -30,6 +30,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <type_traits>
 #include <typeindex>
 #include <utility>
@@ -49,6 +50,10 @@ class run_config : public node_system_config {
   /// --learners: learner nodes of a one-process run, one data-parallel
   /// group when more than 1 (0: take --dice.learners).
   std::int64_t learners = 0;
+
+  /// Runs instead of the nodes when it returns an exit code (e.g. a
+  /// program's --eval-only); the default runs the nodes.
+  virtual std::optional<int> run_instead(caf::actor_system& sys) const;
 };
 
 /// What the process's nodes did, for `node_setup::at_exit`.
