@@ -1,8 +1,8 @@
 #include "actors/gate.hpp"
 
 #include "dice/core/errc.hpp"
-#include "security/senders.hpp"
 #include "dice/security/trust.hpp"
+#include "security/senders.hpp"
 
 #include "caf/downstream_msg.hpp"
 #include "caf/event_based_actor.hpp"

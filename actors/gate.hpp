@@ -33,10 +33,11 @@ caf::actor spawn_gate(caf::actor_system& sys, caf::actor router,
 
 /// The gate of a running router (asks it; blocks, so only outside of actors
 /// and never on CAF's test coordinator).
-caf::expected<caf::actor> gate_of(caf::actor_system& sys, const router_actor& router);
+caf::expected<caf::actor> gate_of(caf::actor_system& sys,
+                                  const router_actor& router);
 
-/// The actor a node publishes for `router`: its gate (gate_of; null if the router
-/// does not answer). Kept under this name for dice::node.
+/// The actor a node publishes for `router`: its gate (gate_of; null if the
+/// router does not answer). Kept under this name for dice::node.
 caf::actor spawn_gate(caf::actor_system& sys, const router_actor& router);
 
 } // namespace dice

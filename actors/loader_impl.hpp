@@ -3,14 +3,14 @@
 // Internal: the behaviour both loaders share, for a stored type T.
 
 #include "dice/actors/router.hpp"
-#include "dice/exchangers/loader_options.hpp"
-#include "dice/pipeline/loaders.hpp"
-#include "dice/core/errc.hpp"
-#include "dice/logging/log.hpp"
 #include "dice/actors/scheduling.hpp"
-#include "security/senders.hpp"
+#include "dice/core/errc.hpp"
+#include "dice/exchangers/loader_options.hpp"
+#include "dice/logging/log.hpp"
+#include "dice/pipeline/loaders.hpp"
 #include "dice/security/trust.hpp"
 #include "dice/storage/storage.hpp"
+#include "security/senders.hpp"
 
 #include "caf/actor_cast.hpp"
 #include "caf/make_message.hpp"
@@ -32,7 +32,6 @@ struct loader_state {
   /// Messages dropped because of their sender, logged once per source.
   drop_log drops;
 };
-
 
 /// What a kind of loader does with its own item type T.
 template <class T>

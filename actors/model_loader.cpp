@@ -12,7 +12,6 @@ struct model_loader_state : detail::loader_state {
   static inline const char* name = "dice.model_loader";
 };
 
-
 model_loader_actor::behavior_type model_loader_behavior(
   model_loader_actor::stateful_pointer<model_loader_state> self,
   loader_options opts) {

@@ -2,15 +2,15 @@
 // services to middleware are in role_services.cpp, its iteration engine in
 // role_engine.cpp.
 
-#include "role_state.hpp"
-
+#include "dice/actors/scheduling.hpp"
 #include "dice/core/errc.hpp"
 #include "dice/logging/log.hpp"
-#include "dice/actors/scheduling.hpp"
 #include "dice/security/trust.hpp"
 
 #include "caf/actor_system.hpp"
 #include "caf/scheduled_actor.hpp"
+
+#include "role_state.hpp"
 
 namespace dice {
 

@@ -2,7 +2,6 @@
 // as a state machine (before-parts, waits, after-parts), finish, drain and
 // quit.
 
-#include "role_state.hpp"
 #include "dice/core/errc.hpp"
 #include "dice/logging/log.hpp"
 #include "dice/security/trust.hpp"
@@ -10,6 +9,8 @@
 #include "caf/actor_system.hpp"
 #include "caf/scheduled_actor.hpp"
 #include "caf/send.hpp"
+
+#include "role_state.hpp"
 
 #include <algorithm>
 #include <chrono>

@@ -1,12 +1,13 @@
 // The role actor's node_services: what middleware may do (topics, loaders,
 // timers, report counters) and how values on topics reach its handlers.
 
-#include "role_state.hpp"
 #include "dice/logging/log.hpp"
 #include "dice/security/trust.hpp"
 
 #include "caf/actor_cast.hpp"
 #include "caf/scheduled_actor.hpp"
+
+#include "role_state.hpp"
 
 #include <algorithm>
 

@@ -194,6 +194,6 @@ struct role_state : node_services {
 /// Behaviour of a role actor.
 role_actor::behavior_type
 role_behavior(role_actor::stateful_pointer<role_state> self, role_config cfg,
-            pipeline pipe);
+              pipeline pipe);
 
 } // namespace dice

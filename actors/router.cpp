@@ -1,6 +1,5 @@
-#include "router_state.hpp"
-
 #include "router_impl.hpp"
+#include "router_state.hpp"
 
 namespace dice {
 

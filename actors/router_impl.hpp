@@ -3,17 +3,16 @@
 #pragma once
 
 #include "actors/gate.hpp"
-#include "router_state.hpp"
 #include "dice/core/errc.hpp"
 #include "dice/logging/log.hpp"
 #include "dice/messages/context_delta.hpp"
 #include "dice/messages/detail/learner_group_hello.hpp"
 #include "dice/messages/peer_event.hpp"
 #include "dice/messages/storage_ref.hpp"
-#include "net/data_plane.hpp"
-#include "net/data_wire.hpp"
 #include "dice/security/auth.hpp"
 #include "dice/security/trust.hpp"
+#include "net/data_plane.hpp"
+#include "net/data_wire.hpp"
 
 #include "caf/actor_system.hpp"
 #include "caf/exit_reason.hpp"
@@ -21,6 +20,8 @@
 #include "caf/message_handler.hpp"
 #include "caf/openssl/manager.hpp"
 #include "caf/send.hpp"
+
+#include "router_state.hpp"
 
 #include <algorithm>
 #include <set>

@@ -12,7 +12,6 @@ struct storage_loader_state : detail::loader_state {
   static inline const char* name = "dice.storage_loader";
 };
 
-
 storage_loader_actor::behavior_type storage_loader_behavior(
   storage_loader_actor::stateful_pointer<storage_loader_state> self,
   loader_options opts) {

@@ -1,7 +1,7 @@
 #pragma once
 
-// Internal: which deltas of each (sender, incarnation) stream a receiver applied,
-// for exactly-once context (see docs/trust.md).
+// Internal: which deltas of each (sender, incarnation) stream a receiver
+// applied, for exactly-once context (see docs/trust.md).
 
 #include "dice/messages/context_delta.hpp"
 
@@ -12,11 +12,12 @@
 
 namespace dice::detail {
 
-/// The seqs a receiver applied per (sender, incarnation). Every seq up to `upto`
-/// is settled (applied here, or below the sender's `base`); seqs past a gap
-/// are kept in `above` until the gap fills, so a resend that fills it is
-/// applied, not mistaken for a duplicate. Bounded: a peer inventing incarnations
-/// only evicts old streams, and a gap keeps at most `max_above` seqs.
+/// The seqs a receiver applied per (sender, incarnation). Every seq up to
+/// `upto` is settled (applied here, or below the sender's `base`); seqs past a
+/// gap are kept in `above` until the gap fills, so a resend that fills it is
+/// applied, not mistaken for a duplicate. Bounded: a peer inventing
+/// incarnations only evicts old streams, and a gap keeps at most `max_above`
+/// seqs.
 class applied_deltas {
  public:
   /// Identifies a stream: (sender node, sender incarnation).

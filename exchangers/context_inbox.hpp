@@ -5,9 +5,9 @@
 // from overflowing it. The role actor is single-threaded, so unlike
 // DI-engine nothing can arrive between reading and resetting it.
 
-#include "dice/pipeline/context.hpp"
 #include "dice/logging/log.hpp"
 #include "dice/messages/context_delta.hpp"
+#include "dice/pipeline/context.hpp"
 #include "dice/security/trust.hpp"
 
 #include <cstdint>

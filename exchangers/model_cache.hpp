@@ -3,11 +3,10 @@
 // Internal: the single-slot model cache shared by both model exchangers.
 
 #include "dice/core/errc.hpp"
+#include "dice/core/model.hpp"
 #include "dice/logging/log.hpp"
 #include "dice/messages/model_snapshot.hpp"
 #include "dice/pipeline/middleware.hpp"
-#include "dice/core/model.hpp"
-
 
 #include <chrono>
 #include <cstdint>
@@ -31,16 +30,17 @@ class model_cache {
   std::int64_t loaded_version = -1;
 
   /// True if `x` is not newer than what is loaded or cached from the same
-  /// sender incarnation (sender and incarnation). DI-engine kept such a model and
-  /// spun on it for 60 s. Versions of different senders or incarnations are never
-  /// compared: a new incarnation starts over, and one sender's version (however
-  /// large) says nothing about another's, so none can stall the receiver.
+  /// sender incarnation (sender and incarnation). DI-engine kept such a model
+  /// and spun on it for 60 s. Versions of different senders or incarnations are
+  /// never compared: a new incarnation starts over, and one sender's version
+  /// (however large) says nothing about another's, so none can stall the
+  /// receiver.
   bool outdated(const model_snapshot& x) const {
     if (loaded_incarnation != 0 && x.sender == loaded_sender
         && x.incarnation == loaded_incarnation && x.version <= loaded_version)
       return true;
-    return slot && slot->sender == x.sender && slot->incarnation == x.incarnation
-      && x.version <= slot->version;
+    return slot && slot->sender == x.sender
+      && slot->incarnation == x.incarnation && x.version <= slot->version;
   }
 
   /// Validates and caches `x`, or drops it with a log line.
@@ -91,7 +91,8 @@ inline std::int64_t wall_clock_ns() {
     .count();
 }
 
-/// Takes a snapshot of `model` stamped with sender, incarnation, version and time.
+/// Takes a snapshot of `model` stamped with sender, incarnation, version and
+/// time.
 inline caf::expected<model_snapshot>
 stamped_snapshot(node_services& svc, model_port& model, std::int64_t version) {
   auto x = model.snapshot();

@@ -1,7 +1,7 @@
 // Node options as a user, a launcher or SLURM's environment gives them.
 
-#include "dice/runtime/node.hpp"
 #include "dice/core/role.hpp"
+#include "dice/runtime/node.hpp"
 
 #include <cstdint>
 #include <string_view>

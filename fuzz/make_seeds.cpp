@@ -2,9 +2,9 @@
 // hand after a format change; the files are committed).
 
 #include "dice/messages/context_delta.hpp"
+#include "dice/messages/detail/peer_hello.hpp"
 #include "dice/messages/model_snapshot.hpp"
 #include "dice/messages/payload.hpp"
-#include "dice/messages/detail/peer_hello.hpp"
 #include "net/preamble.hpp"
 
 #include "caf/binary_serializer.hpp"

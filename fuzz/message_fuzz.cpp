@@ -4,8 +4,8 @@
 // does before touching a byte of it.
 
 #include "dice/messages/context_delta.hpp"
-#include "dice/messages/model_snapshot.hpp"
 #include "dice/messages/detail/peer_hello.hpp"
+#include "dice/messages/model_snapshot.hpp"
 
 #include "caf/binary_deserializer.hpp"
 #include "caf/message.hpp"

@@ -50,9 +50,9 @@ bool operator==(const tensor_entry& x, const tensor_entry& y) {
 }
 
 bool operator==(const model_snapshot& x, const model_snapshot& y) {
-  return x.sender == y.sender && x.incarnation == y.incarnation && x.version == y.version
-    && x.send_time_ns == y.send_time_ns && x.index == y.index
-    && x.data == y.data;
+  return x.sender == y.sender && x.incarnation == y.incarnation
+    && x.version == y.version && x.send_time_ns == y.send_time_ns
+    && x.index == y.index && x.data == y.data;
 }
 
 bool operator==(const storage_ref& x, const storage_ref& y) {

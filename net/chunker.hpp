@@ -1,7 +1,7 @@
 #pragma once
 
-#include "dice/messages/model_snapshot.hpp"
 #include "dice/messages/detail/snapshot_chunk.hpp"
+#include "dice/messages/model_snapshot.hpp"
 
 #include "caf/message.hpp"
 

@@ -36,8 +36,8 @@
 // the router falls back to BASP chunks, with a warning and a counter.
 
 #include "dice/messages/shared_bytes.hpp"
-#include "net/data_auth.hpp"
 #include "dice/security/auth.hpp"
+#include "net/data_auth.hpp"
 
 #include "caf/actor.hpp"
 #include "caf/actor_system.hpp"

@@ -7,12 +7,12 @@
 #include "dice/core/errc.hpp"
 #include "dice/logging/log.hpp"
 #include "dice/messages/detail/snapshot_chunk.hpp"
+#include "dice/security/auth.hpp"
+#include "dice/security/trust.hpp"
 #include "net/data_plane.hpp"
 #include "net/data_wire.hpp"
 #include "net/dialer.hpp"
 #include "net/socket.hpp"
-#include "dice/security/auth.hpp"
-#include "dice/security/trust.hpp"
 
 #include "caf/send.hpp"
 

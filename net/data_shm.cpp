@@ -1,8 +1,8 @@
 #include "data_shm.hpp"
 
 #include "dice/core/errc.hpp"
-#include "net/data_plane.hpp"
 #include "dice/security/auth.hpp"
+#include "net/data_plane.hpp"
 #include "storage/fd_io.hpp"
 
 #include <fcntl.h>

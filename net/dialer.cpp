@@ -1,12 +1,12 @@
 #include "net/dialer.hpp"
 
-#include "dice/security/auth.hpp"
 #include "dice/core/errc.hpp"
 #include "dice/logging/log.hpp"
+#include "dice/security/auth.hpp"
+#include "dice/security/trust.hpp"
 #include "net/handover.hpp"
 #include "net/preamble.hpp"
 #include "net/socket.hpp"
-#include "dice/security/trust.hpp"
 
 #include "caf/blocking_actor.hpp"
 #include "caf/event_based_actor.hpp"

@@ -2,9 +2,9 @@
 
 #include "dice/core/errc.hpp"
 #include "dice/logging/log.hpp"
-#include "net/socket.hpp"
 #include "dice/security/auth.hpp"
 #include "dice/security/trust.hpp"
+#include "net/socket.hpp"
 
 #include <fcntl.h>
 #include <netdb.h>

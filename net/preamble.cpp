@@ -1,7 +1,7 @@
 #include "net/preamble.hpp"
 
-#include "dice/security/auth.hpp"
 #include "dice/core/errc.hpp"
+#include "dice/security/auth.hpp"
 
 #include <algorithm>
 #include <cstring>

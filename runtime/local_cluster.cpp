@@ -1,8 +1,8 @@
 #include "dice/runtime/local_cluster.hpp"
 
-#include "runtime/role_supervisor.hpp"
 #include "dice/core/errc.hpp"
 #include "dice/logging/log.hpp"
+#include "runtime/role_supervisor.hpp"
 
 #include "caf/exit_reason.hpp"
 #include "caf/scheduler/test_coordinator.hpp"

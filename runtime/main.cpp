@@ -3,11 +3,10 @@
 #include "dice/core/errc.hpp"
 #include "dice/process/fork_server.hpp"
 #include "dice/process/spawn.hpp"
+#include "runtime/cli.hpp"
 
 #include "caf/config_value.hpp"
 #include "caf/settings.hpp"
-
-#include "runtime/cli.hpp"
 
 #include <algorithm>
 #include <cstdlib>

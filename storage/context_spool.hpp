@@ -5,10 +5,10 @@
 // learner acknowledged it. A collector killed with kill -9 loses its memory
 // but not the file (write(2) puts the bytes in the kernel's page cache, which
 // outlives the process); its next incarnation republishes what the learner
-// had not acknowledged, under the old incarnation's incarnation and seqs, so the
-// learner's per-(sender, incarnation) dedup applies each delta exactly once.
-// Power loss is another matter: without `fsync` the last writes may be lost
-// with the page cache (docs/distributed.md, "Supervision").
+// had not acknowledged, under the old incarnation's incarnation and seqs, so
+// the learner's per-(sender, incarnation) dedup applies each delta exactly
+// once. Power loss is another matter: without `fsync` the last writes may be
+// lost with the page cache (docs/distributed.md, "Supervision").
 
 #include "dice/messages/context_delta.hpp"
 
@@ -52,10 +52,10 @@ struct spooled_incarnation {
 
 /// Append-only spool files of one collector incarnation, plus the files of
 /// earlier incarnations of the same node that it took over. Single-threaded
-/// (the role actor's). Every file starts with a header (magic, node, incarnation);
-/// every record is kind | length | XXH3 checksum | payload, the payload a
-/// context_delta in CAF's binary encoding or a settled seq. A record cut
-/// short by a kill, or corrupt, ends what is read from its file.
+/// (the role actor's). Every file starts with a header (magic, node,
+/// incarnation); every record is kind | length | XXH3 checksum | payload, the
+/// payload a context_delta in CAF's binary encoding or a settled seq. A record
+/// cut short by a kill, or corrupt, ends what is read from its file.
 class context_spool {
  public:
   /// Opens the spool: creates the directory, takes over (locks) the files

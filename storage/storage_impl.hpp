@@ -5,8 +5,8 @@
 #include "dice/core/errc.hpp"
 #include "dice/messages/detail/snapshot_chunk.hpp"
 #include "dice/security/trust.hpp"
-#include "storage/fd_io.hpp"
 #include "dice/storage/storage.hpp"
+#include "storage/fd_io.hpp"
 
 #include "caf/binary_deserializer.hpp"
 #include "caf/binary_serializer.hpp"

@@ -13,7 +13,8 @@
 
 namespace dice {
 
-caf::error save_pytorch_checkpoint(const model_snapshot& x, const std::string& path) {
+caf::error save_pytorch_checkpoint(const model_snapshot& x,
+                                   const std::string& path) {
   if (auto err = validate(x))
     return err;
   std::vector<char> bytes;

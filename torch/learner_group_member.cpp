@@ -296,10 +296,9 @@ middleware learner_group_member::make_middleware() {
   m.name = "learner_group";
   m.attach = [st](node_services& svc) {
     st->svc = &svc;
-    svc.on(topic<std::string>{learner_group_topic},
-           [st](const std::string& x) {
-             st->on_hello(x);
-           });
+    svc.on(topic<std::string>{learner_group_topic}, [st](const std::string& x) {
+      st->on_hello(x);
+    });
     svc.on(topic<std::string>{learner_group_alive_topic},
            [st](const std::string& x) {
              st->on_alive(x);

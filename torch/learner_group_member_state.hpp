@@ -91,7 +91,8 @@ struct learner_group_member::state {
   void on_alive(const std::string& text);
 
   // A collector's (incarnation, seq) as three doubles, exact below 2^53 each.
-  static void put_mark(double* x, std::uint64_t incarnation, std::uint64_t upto) {
+  static void put_mark(double* x, std::uint64_t incarnation,
+                       std::uint64_t upto) {
     x[0] = static_cast<double>(upto);
     x[1] = static_cast<double>(incarnation >> 32);
     x[2] = static_cast<double>(incarnation & 0xFFFFFFFFu);

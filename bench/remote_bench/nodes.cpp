@@ -1,9 +1,9 @@
 // What the modes that run dice nodes share.
 
 #include "dice/core/errc.hpp"
-#include "net/data_plane.hpp"
 #include "dice/process/spawn.hpp"
 #include "dice/type_ids.hpp"
+#include "net/data_plane.hpp"
 
 #include "caf/io/middleman.hpp"
 #include "caf/openssl/manager.hpp"

@@ -14,8 +14,8 @@
 
 #include "dice/actors/router.hpp"
 #include "dice/messages/context_delta.hpp"
-#include "net/data_plane.hpp"
 #include "dice/process/spawn.hpp"
+#include "net/data_plane.hpp"
 
 #include "caf/actor_system.hpp"
 #include "caf/scoped_actor.hpp"

@@ -1,8 +1,8 @@
 // The DQN learner: replay buffer, gradient steps (alone or in a learner
 // group), policy lag, the progress line and the checkpoints.
 
-#include "dice/pipeline/context.hpp"
 #include "dice/logging/log.hpp"
+#include "dice/pipeline/context.hpp"
 #include "dice/pipeline/middleware.hpp"
 
 #include "evals.hpp"

@@ -6,8 +6,8 @@
 #include "dice/exchangers/learner_hello.hpp"
 #include "dice/exchangers/model_exchanger.hpp"
 #include "dice/logging/log.hpp"
-#include "dice/runtime/local_cluster.hpp"
 #include "dice/pipeline/middleware.hpp"
+#include "dice/runtime/local_cluster.hpp"
 #include "dice/torch/model.hpp"
 
 #include "caf/actor_system.hpp"

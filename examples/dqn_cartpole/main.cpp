@@ -22,9 +22,9 @@
 
 #include "dice/runtime/main.hpp"
 
-#include "dice/runtime/node.hpp"
 #include "dice/core/errc.hpp"
 #include "dice/logging/log.hpp"
+#include "dice/runtime/node.hpp"
 #include "dice/type_ids.hpp"
 
 #include "caf/actor_system.hpp"

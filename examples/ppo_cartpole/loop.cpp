@@ -1,7 +1,6 @@
 #include "loop.hpp"
 
 #include "ppo.hpp"
-
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 

@@ -21,9 +21,9 @@
 
 #include "dice/runtime/main.hpp"
 
-#include "dice/runtime/node.hpp"
 #include "dice/core/errc.hpp"
 #include "dice/logging/log.hpp"
+#include "dice/runtime/node.hpp"
 
 #include "caf/actor_system.hpp"
 #include "caf/actor_system_config.hpp"

@@ -1,24 +1,25 @@
 #pragma once
 
 // The one type-ID block of dice. Every program and every test fixture calls
-// `dice::add_message_types(cfg)` (or `cfg.add_message_types<caf::id_block::dice>()`)
-// so that both ends of a connection know the same names; an unregistered type
-// arrives as an empty message `()` in CAF 0.17.
+// `dice::add_message_types(cfg)` (or
+// `cfg.add_message_types<caf::id_block::dice>()`) so that both ends of a
+// connection know the same names; an unregistered type arrives as an empty
+// message `()` in CAF 0.17.
 
+#include "dice/core/node_report.hpp"
+#include "dice/core/role.hpp"
 #include "dice/messages/context_ack.hpp"
 #include "dice/messages/context_delta.hpp"
-#include "dice/messages/event.hpp"
-#include "dice/messages/finish.hpp"
 #include "dice/messages/detail/forward_batch.hpp"
-#include "dice/messages/model_snapshot.hpp"
-#include "dice/messages/payload.hpp"
-#include "dice/messages/peer_event.hpp"
 #include "dice/messages/detail/peer_hello.hpp"
 #include "dice/messages/detail/relay_reference.hpp"
 #include "dice/messages/detail/snapshot_chunk.hpp"
+#include "dice/messages/event.hpp"
+#include "dice/messages/finish.hpp"
+#include "dice/messages/model_snapshot.hpp"
+#include "dice/messages/payload.hpp"
+#include "dice/messages/peer_event.hpp"
 #include "dice/messages/storage_ref.hpp"
-#include "dice/core/node_report.hpp"
-#include "dice/core/role.hpp"
 
 #include "caf/actor_system_config.hpp"
 #include "caf/type_id.hpp"
@@ -92,7 +93,8 @@ namespace dice {
 
 /// Registers every dice message type with `cfg` (call before creating the
 /// actor system).
-inline caf::actor_system_config& add_message_types(caf::actor_system_config& cfg) {
+inline caf::actor_system_config&
+add_message_types(caf::actor_system_config& cfg) {
   return cfg.add_message_types<caf::id_block::dice>();
 }
 

@@ -162,8 +162,8 @@ TEST_F(ContextExchangerTest, SkipNIterDelaysTheFirstWait) {
 TEST_F(ContextExchangerTest, CollectorTimeoutWarnsWithNodeIdAndGoesOn) {
   auto router = spawn_router();
   auto log = make_log();
-  auto c = spawn_role(router, 7, {role::collector}, collector_pipe(7, 1, {0}, log),
-                      3);
+  auto c = spawn_role(router, 7, {role::collector},
+                      collector_pipe(7, 1, {0}, log), 3);
   start({c});
   EXPECT_EQ(log->size(), 1u);
   advance(59s);
@@ -277,8 +277,8 @@ TEST_F(ContextExchangerTest, RoleWarnings) {
   auto a = spawn_role(router, 4, role_set{}, std::move(none), 2);
   pipeline both;
   both.use(context_exchanger());
-  auto b = spawn_role(router, 5, {role::learner, role::collector}, std::move(both),
-                      1);
+  auto b = spawn_role(router, 5, {role::learner, role::collector},
+                      std::move(both), 1);
   start({a, b});
   EXPECT_EQ(logs.count("The task does not have any roles defined, the "
                        "ContextExchanger will not work."),

@@ -3,10 +3,10 @@
 // holds a worker of CAF's pool, which the router routes on. Deterministic mode
 // keeps everything on the test coordinator regardless.
 
-#include "dice/runtime/local_cluster.hpp"
 #include "dice/actors/scheduling.hpp"
 #include "dice/actors/storage_loader.hpp"
 #include "dice/core/errc.hpp"
+#include "dice/runtime/local_cluster.hpp"
 #include "dice/type_ids.hpp"
 
 #include "caf/actor_system.hpp"

@@ -2,11 +2,11 @@
 // in-process cluster deterministically with one call, loaders included,
 // spawned with their default options (issue 10, item 5).
 
-#include "dice/exchangers/context_exchanger.hpp"
-#include "dice/runtime/local_cluster.hpp"
 #include "dice/actors/scheduling.hpp"
 #include "dice/actors/storage_loader.hpp"
 #include "dice/core/errc.hpp"
+#include "dice/exchangers/context_exchanger.hpp"
+#include "dice/runtime/local_cluster.hpp"
 #include "dice/type_ids.hpp"
 
 #include "caf/actor_system.hpp"

@@ -30,7 +30,8 @@ torch::Tensor predict(const std::shared_ptr<torch::nn::LinearImpl>& net) {
 }
 
 model_snapshot snapshot_of(const std::shared_ptr<torch::nn::LinearImpl>& net,
-                           std::int64_t version, std::uint64_t incarnation = 77) {
+                           std::int64_t version,
+                           std::uint64_t incarnation = 77) {
   auto x = to_snapshot(*net);
   EXPECT_TRUE(x);
   x->sender = 0;
@@ -125,9 +126,9 @@ TEST_F(ModelExchangerTest, NonNewerSnapshotIsDroppedWithoutSpinning) {
   EXPECT_TRUE(torch::equal(predict(net), predict(restarted)));
 }
 
-// Issue 9 item 3: versions are compared only within one (sender, incarnation). A
-// snapshot from another sender with the learner's incarnation and version 2^62
-// (what a stranger could once inject) must not make the learner's models
+// Issue 9 item 3: versions are compared only within one (sender, incarnation).
+// A snapshot from another sender with the learner's incarnation and version
+// 2^62 (what a stranger could once inject) must not make the learner's models
 // look old. Before: every genuine model was dropped as "not newer" and the
 // collector waited out its 60 s deadline each iteration.
 TEST_F(ModelExchangerTest, AFutureVersionFromAnotherSenderDoesNotStall) {

@@ -2,8 +2,8 @@
 // peer told to finish, nor for a run that ended by its budget. Programs pick
 // their exit code from it instead of parsing stop_reason.
 
-#include "dice/pipeline/middleware.hpp"
 #include "dice/core/node_report.hpp"
+#include "dice/pipeline/middleware.hpp"
 
 #include "support/deterministic.hpp"
 #include "support/probes.hpp"

@@ -8,8 +8,8 @@
 // system, actor handles or writable report.
 
 #include "dice/actors/role_actor.hpp"
-#include "dice/runtime/local_cluster.hpp"
 #include "dice/pipeline/middleware.hpp"
+#include "dice/runtime/local_cluster.hpp"
 #include "dice/runtime/node.hpp"
 #include "dice/security/trust.hpp"
 #include "dice/type_ids.hpp"

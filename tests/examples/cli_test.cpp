@@ -102,7 +102,8 @@ TEST(ProgramOptions, DiceLaunchTakesBothForms) {
         std::vector<std::string>{"--workers=2", "--topology=star"}}) {
     std::vector<std::string> argv{bin_dir + "dice-launch"};
     argv.insert(argv.end(), form.begin(), form.end());
-    argv.insert(argv.end(), {"--", bin_dir + "dice_exchange_probe", "--steps", "2"});
+    argv.insert(argv.end(),
+                {"--", bin_dir + "dice_exchange_probe", "--steps", "2"});
     auto r = run(argv);
     EXPECT_EQ(r.code, 0) << r.text;
     EXPECT_NE(r.text.find("[node 0] {"), std::string::npos) << r.text;

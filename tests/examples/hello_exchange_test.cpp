@@ -87,9 +87,9 @@ TEST(HelloExchange, MoreCollectors) {
 // parser_error(missing_argument).
 TEST(HelloExchange, OptionsTakeTheirValueAsTheNextArgument) {
   // Flags in between keep taking no value.
-  check_run(run_example({"--steps", "6", "--dice.deterministic",
-                         "--collectors", "3"}),
-            6, 3);
+  check_run(
+    run_example({"--steps", "6", "--dice.deterministic", "--collectors", "3"}),
+    6, 3);
 }
 
 TEST(HelloExchange, UnknownOptionIsNamed) {
@@ -149,9 +149,9 @@ TEST_P(LastDeltaProcesses, TwentyRunsLoseNothing) {
     / ("dice-last-delta-proc-" + std::to_string(::getpid()));
   auto bin = std::string{DICE_BINARY_DIR} + "/bin/";
   auto start = [&](int i) {
-    std::vector<std::string> args{bin + "dice-launch",   "--workers", "2",
-                                  "--topology",          "star",      "--",
-                                  bin + "dice_exchange_probe"};
+    std::vector<std::string> args{
+      bin + "dice-launch",        "--workers", "2", "--topology", "star", "--",
+      bin + "dice_exchange_probe"};
     if (i % 2 == 0) {
       args.push_back("--steps=100000000");
       args.push_back("--collector-steps=3");

@@ -81,8 +81,9 @@ pid_t server_pid(process& p) {
 }
 
 TEST(ForkServer, AClusterForkedFromOneImageRunsToItsEnd) {
-  process p{launch({"--workers", "4"},
-                   {bin_dir + "dice_exchange_probe", "--steps=200", "--trace"})};
+  process p{
+    launch({"--workers", "4"},
+           {bin_dir + "dice_exchange_probe", "--steps=200", "--trace"})};
   auto server = server_pid(p);
   ASSERT_GT(server, 0) << p.text();
   auto rc = p.wait_exit(60s);

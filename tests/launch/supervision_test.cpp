@@ -296,8 +296,9 @@ TEST(SupervisedCluster,
   };
   std::vector<killed> kills;
   std::vector<double> back_after;
-  auto published_re = std::regex{"^\\[node 3\\] .*published iteration "
-                                 "([0-9]+) env_step ([0-9]+) incarnation ([0-9]+)"};
+  auto published_re = std::regex{
+    "^\\[node 3\\] .*published iteration "
+    "([0-9]+) env_step ([0-9]+) incarnation ([0-9]+)"};
   for (int kill = 0; kill < 3; ++kill) {
     ASSERT_TRUE(
       p.wait_for(std::regex{"^\\[node 3\\] .*collect iteration 20 "}, 60s))
@@ -386,7 +387,8 @@ TEST(SupervisedCluster,
             << " (lost " << made - got << ")" << std::endl;
   // Exactly once: what a killed incarnation published but the learner had
   // not acknowledged outlived it in the spool and was republished by its
-  // successor under its own incarnation; the learner dropped what it had already.
+  // successor under its own incarnation; the learner dropped what it had
+  // already.
   EXPECT_EQ(got, made) << (got > made ? "duplicated " : "lost ")
                        << std::labs(got - made) << "\n"
                        << learner;

@@ -1,9 +1,9 @@
 // normalize_cli: `--key value` becomes `--key=value` for options that take a
 // value, so CAF 0.17's parser (which reads only the latter) takes both.
 
+#include "dice/core/errc.hpp"
 #include "dice/runtime/node.hpp"
 #include "runtime/cli.hpp"
-#include "dice/core/errc.hpp"
 
 #include "caf/actor_system_config.hpp"
 

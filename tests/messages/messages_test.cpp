@@ -3,16 +3,16 @@
 // hostile or truncated bytes. LibTorch-free.
 
 #include "dice/core/errc.hpp"
-#include "dice/messages/context_delta.hpp"
-#include "dice/messages/finish.hpp"
-#include "dice/messages/detail/learner_group_hello.hpp"
-#include "dice/messages/model_snapshot.hpp"
-#include "dice/messages/payload.hpp"
-#include "dice/messages/detail/relay_reference.hpp"
-#include "dice/messages/shared_bytes.hpp"
-#include "dice/messages/storage_ref.hpp"
 #include "dice/core/node_report.hpp"
 #include "dice/core/role.hpp"
+#include "dice/messages/context_delta.hpp"
+#include "dice/messages/detail/learner_group_hello.hpp"
+#include "dice/messages/detail/relay_reference.hpp"
+#include "dice/messages/finish.hpp"
+#include "dice/messages/model_snapshot.hpp"
+#include "dice/messages/payload.hpp"
+#include "dice/messages/shared_bytes.hpp"
+#include "dice/messages/storage_ref.hpp"
 #include "dice/type_ids.hpp"
 
 #include "caf/actor_system.hpp"
@@ -404,8 +404,8 @@ TEST_F(Messages, HostileSnapshotLengthIsRefused) {
   auto x = small_snapshot();
   // The data length is the varbyte right after the index; rebuild the frame
   // with a huge length in its place.
-  auto head = save(model_snapshot{x.sender, x.incarnation, x.version, x.send_time_ns,
-                                  x.index, shared_bytes{}});
+  auto head = save(model_snapshot{x.sender, x.incarnation, x.version,
+                                  x.send_time_ns, x.index, shared_bytes{}});
   ASSERT_GT(head.size(), 1u);
   head.pop_back(); // the empty buffer's length (one varbyte 0)
   caf::binary_serializer sink{sys, head};

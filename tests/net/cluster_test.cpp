@@ -159,9 +159,10 @@ TEST(Reconnect, CollectorGetsTheRestartedLearnersModelFirst) {
   // below the collector's base were acknowledged by the dead learner (its
   // counters held them), so they are not in the new learner's.
   EXPECT_TRUE(learner->wait_for(
-    std::regex{"first delta from node 1 \\(incarnation [0-9]+\\) is seq [0-9]+: "
-               "its stream starts at seq [0-9]+; deltas 1\\.\\.[0-9]+ were "
-               "acknowledged by an earlier learner or given up"},
+    std::regex{
+      "first delta from node 1 \\(incarnation [0-9]+\\) is seq [0-9]+: "
+      "its stream starts at seq [0-9]+; deltas 1\\.\\.[0-9]+ were "
+      "acknowledged by an earlier learner or given up"},
     10s))
     << learner->text();
   auto rc = learner->wait_exit(30s);
@@ -374,8 +375,8 @@ TEST(Launch, FixedPortsAreHonoured) {
   auto base = free_ports(3);
   ASSERT_NE(base, 0) << "no three free ports in a row";
   child_process launch{{bin_dir + "dice-launch", "--workers", "3", "--ports",
-                        std::to_string(base), "--", bin_dir + "dice_exchange_probe",
-                        "--steps=20"}};
+                        std::to_string(base), "--",
+                        bin_dir + "dice_exchange_probe", "--steps=20"}};
   auto rc = launch.wait_exit(30s);
   ASSERT_TRUE(rc) << launch.text();
   EXPECT_EQ(*rc, 0) << launch.text();

@@ -4,12 +4,12 @@
 // cannot be opened, and TLS (on the data connections too). Every wait has
 // a deadline.
 
-#include "dice/runtime/node.hpp"
 #include "dice/logging/log.hpp"
 #include "dice/messages/context_delta.hpp"
 #include "dice/messages/model_snapshot.hpp"
-#include "net/data_plane.hpp"
+#include "dice/runtime/node.hpp"
 #include "dice/type_ids.hpp"
+#include "net/data_plane.hpp"
 
 #include "caf/actor_system.hpp"
 #include "caf/scoped_actor.hpp"
@@ -125,8 +125,8 @@ class DataChannel : public ::testing::Test {
     // Each router takes control messages from its own node's actors only.
     caf::scoped_actor self{system_of(client)};
     caf::scoped_actor at_server{system_of(server)};
-    self->send(client.router(), dice::attach_atom::value, std::string{"127.0.0.1"},
-               server.port());
+    self->send(client.router(), dice::attach_atom::value,
+               std::string{"127.0.0.1"}, server.port());
     std::uint32_t got = 0;
     at_server
       ->request(server.router(), 5s, dice::peers_atom::value, std::uint32_t{1})
@@ -136,7 +136,8 @@ class DataChannel : public ::testing::Test {
         },
         [](caf::error&) {});
     ASSERT_EQ(got, 1u);
-    self->request(client.router(), 5s, dice::peers_atom::value, std::uint32_t{1})
+    self
+      ->request(client.router(), 5s, dice::peers_atom::value, std::uint32_t{1})
       .receive(
         [&](std::uint32_t x) {
           got = x;
@@ -147,8 +148,8 @@ class DataChannel : public ::testing::Test {
 
   static void publish(caf::scoped_actor& self, dice::node& n,
                       caf::message msg) {
-    self->send(n.router(), dice::publish_atom::value, std::string{"model"}, n.id(),
-               std::move(msg));
+    self->send(n.router(), dice::publish_atom::value, std::string{"model"},
+               n.id(), std::move(msg));
   }
 
   // The next message on "model" at `self` (a failure after 10 s).

@@ -8,14 +8,14 @@
 
 #include "dice/logging/log.hpp"
 #include "dice/messages/detail/snapshot_chunk.hpp"
+#include "dice/security/auth.hpp"
+#include "dice/security/trust.hpp"
+#include "dice/type_ids.hpp"
 #include "net/data_auth.hpp"
 #include "net/data_plane.hpp"
 #include "net/data_wire.hpp"
 #include "net/dialer.hpp"
 #include "net/listener.hpp"
-#include "dice/security/auth.hpp"
-#include "dice/security/trust.hpp"
-#include "dice/type_ids.hpp"
 
 #include "caf/actor_system.hpp"
 #include "caf/actor_system_config.hpp"

@@ -6,12 +6,12 @@
 
 #include "dice/core/errc.hpp"
 #include "dice/logging/log.hpp"
-#include "net/data_plane.hpp"
-#include "net/preamble.hpp"
-#include "net/socket.hpp"
 #include "dice/runtime/node.hpp"
 #include "dice/security/auth.hpp"
 #include "dice/security/trust.hpp"
+#include "net/data_plane.hpp"
+#include "net/preamble.hpp"
+#include "net/socket.hpp"
 
 #include "caf/actor_system.hpp"
 #include "caf/scoped_actor.hpp"

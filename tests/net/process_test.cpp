@@ -113,8 +113,8 @@ TEST(Process, LaunchThreeWorkersSumsEnvStep) {
 TEST(Process, FinishFromACollectorEndsEveryNode) {
   // The learner would run (almost) forever; a collector's max_step ends it.
   process launch{{bin_dir + "dice-launch", "--workers", "4", "--topology",
-                  "star", "--", bin_dir + "dice_exchange_probe", "--steps=100000000",
-                  "--collector-steps=30"}};
+                  "star", "--", bin_dir + "dice_exchange_probe",
+                  "--steps=100000000", "--collector-steps=30"}};
   std::smatch m;
   ASSERT_TRUE(launch.wait_for(std::regex{"\"stop_reason\":\"max_step\""}, 30s))
     << launch.text();

@@ -5,9 +5,9 @@
 // model, in order, from the learner directly. Every wait has a deadline.
 
 #include "dice/messages/model_snapshot.hpp"
-#include "net/data_plane.hpp"
 #include "dice/runtime/node.hpp"
 #include "dice/type_ids.hpp"
+#include "net/data_plane.hpp"
 
 #include "caf/actor_system.hpp"
 #include "caf/scoped_actor.hpp"

@@ -3,9 +3,9 @@
 // (io::network::test_multiplexer). No sockets, no real time. Nodes publish
 // their router's gate, as dice::node does.
 
+#include "actors/gate.hpp"
 #include "actors/router_state.hpp"
 #include "dice/actors/router.hpp"
-#include "actors/gate.hpp"
 #include "dice/core/errc.hpp"
 #include "dice/messages/context_delta.hpp"
 #include "dice/security/trust.hpp"
@@ -436,7 +436,8 @@ TEST_F(RouterNet, ReattachBeforeThePeerNoticedTheLossConverges) {
 // collector whose old connection a has not seen die yet): it is told to
 // retry, and gets in once the old connection is gone. Before: refused for
 // good on the first attempt.
-TEST_F(RouterNet, ANewIncarnationOfAConnectedNodeIsRetriedUntilTheOldOneIsGone) {
+TEST_F(RouterNet,
+       ANewIncarnationOfAConnectedNodeIsRetriedUntilTheOldOneIsGone) {
   router_config cfg;
   cfg.reconnect_min = 100ms;
   cfg.reconnect_max = 400ms;

@@ -6,9 +6,9 @@
 #include "dice/messages/context_delta.hpp"
 #include "dice/messages/model_snapshot.hpp"
 #include "dice/messages/peer_event.hpp"
-#include "net/data_plane.hpp"
 #include "dice/runtime/node.hpp"
 #include "dice/type_ids.hpp"
+#include "net/data_plane.hpp"
 
 #include "caf/actor_system.hpp"
 #include "caf/scoped_actor.hpp"

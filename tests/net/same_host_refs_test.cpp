@@ -4,13 +4,13 @@
 // arrives whole. Real loopback sockets and real memfds, one process;
 // ephemeral ports; every wait has a deadline.
 
+#include "dice/security/auth.hpp"
+#include "dice/type_ids.hpp"
 #include "net/data_auth.hpp"
 #include "net/data_plane.hpp"
 #include "net/data_wire.hpp"
 #include "net/dialer.hpp"
 #include "net/listener.hpp"
-#include "dice/security/auth.hpp"
-#include "dice/type_ids.hpp"
 
 #include "caf/actor_system.hpp"
 #include "caf/actor_system_config.hpp"

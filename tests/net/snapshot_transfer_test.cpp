@@ -6,8 +6,8 @@
 #include "dice/actors/router.hpp"
 #include "dice/logging/log.hpp"
 #include "dice/messages/model_snapshot.hpp"
-#include "net/chunker.hpp"
 #include "dice/type_ids.hpp"
+#include "net/chunker.hpp"
 
 #include "caf/actor_system.hpp"
 #include "caf/actor_system_config.hpp"

@@ -5,8 +5,8 @@
 
 #include "dice/actors/storage_loader.hpp"
 #include "dice/core/errc.hpp"
-#include "dice/storage/storage.hpp"
 #include "dice/security/trust.hpp"
+#include "dice/storage/storage.hpp"
 
 #include "support/deterministic.hpp"
 #include <fcntl.h>

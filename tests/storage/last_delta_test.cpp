@@ -4,9 +4,9 @@
 // does not quit while loads it started are pending. Deterministic on the
 // test coordinator, then repeated on CAF's threaded scheduler.
 
+#include "dice/actors/storage_loader.hpp"
 #include "dice/exchangers/context_exchanger.hpp"
 #include "dice/runtime/local_cluster.hpp"
-#include "dice/actors/storage_loader.hpp"
 #include "dice/type_ids.hpp"
 
 #include "caf/actor_system.hpp"

@@ -5,8 +5,8 @@
 #include "dice/actors/model_loader.hpp"
 #include "dice/actors/storage_loader.hpp"
 #include "dice/core/errc.hpp"
-#include "dice/storage/storage.hpp"
 #include "dice/security/trust.hpp"
+#include "dice/storage/storage.hpp"
 #include "dice/type_ids.hpp"
 
 #include "caf/actor_system.hpp"

@@ -18,8 +18,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-context_delta delta(std::uint32_t node, std::uint64_t incarnation, std::uint64_t seq,
-                    std::int64_t steps = 16) {
+context_delta delta(std::uint32_t node, std::uint64_t incarnation,
+                    std::uint64_t seq, std::int64_t steps = 16) {
   context_delta d;
   d.sender = node;
   d.incarnation = incarnation;

@@ -14,18 +14,18 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
-#include <condition_variable>
-#include <memory>
-#include <mutex>
-#include <thread>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <regex>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace dice::test {
@@ -69,7 +69,9 @@ class child_process {
       return;
     }
     pid_ = p.pid;
-    reader_ = std::thread{[this, fd = p.out] { read_all(fd); }};
+    reader_ = std::thread{[this, fd = p.out] {
+      read_all(fd);
+    }};
   }
 
   child_process(const child_process&) = delete;
@@ -130,12 +132,16 @@ class child_process {
       // No signal says "exited" here; the end of the output comes with the
       // exit, so wait for it, polling at most every 20 ms.
       std::unique_lock<std::mutex> guard{mtx_};
-      cv_.wait_until(guard, std::min(deadline, now + std::chrono::milliseconds{20}),
-                     [this] { return eof_; });
+      cv_.wait_until(
+        guard, std::min(deadline, now + std::chrono::milliseconds{20}), [this] {
+          return eof_;
+        });
     }
     // The rest of its output (a grandchild may hold the pipe: bounded).
     std::unique_lock<std::mutex> guard{mtx_};
-    cv_.wait_for(guard, std::chrono::seconds{2}, [this] { return eof_; });
+    cv_.wait_for(guard, std::chrono::seconds{2}, [this] {
+      return eof_;
+    });
     return code_;
   }
 

@@ -5,8 +5,8 @@
 // without waiting. (CAF's own caf/test/dsl.hpp does not work under
 // GoogleTest.)
 
-#include "dice/actors/router.hpp"
 #include "actors/role_state.hpp"
+#include "dice/actors/router.hpp"
 #include "dice/logging/log.hpp"
 #include "dice/type_ids.hpp"
 

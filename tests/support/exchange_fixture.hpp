@@ -3,8 +3,8 @@
 // A deterministic cluster of role actors exchanging context (acks, resend,
 // windows, spool): the pipelines and spawning the acks and spool tests share.
 
-#include "dice/exchangers/context_exchanger.hpp"
 #include "actors/role_state.hpp"
+#include "dice/exchangers/context_exchanger.hpp"
 
 #include "support/deterministic.hpp"
 #include "support/probes.hpp"

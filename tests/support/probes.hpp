@@ -3,8 +3,8 @@
 // Middleware used by the exchanger tests: real pipeline stages that act like
 // a tiny collector / learner and record what each iteration saw.
 
-#include "dice/pipeline/context.hpp"
 #include "dice/messages/payload.hpp"
+#include "dice/pipeline/context.hpp"
 #include "dice/pipeline/middleware.hpp"
 
 #include "caf/timespan.hpp"

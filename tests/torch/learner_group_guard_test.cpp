@@ -5,8 +5,8 @@
 
 #include "dice/core/errc.hpp"
 #include "dice/torch/learner_group.hpp"
-
 #include "torch/learner_group_support.hpp"
+
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>

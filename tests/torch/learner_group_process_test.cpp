@@ -5,9 +5,9 @@
 
 #include "dice/core/errc.hpp"
 #include "dice/torch/learner_group.hpp"
+#include "torch/learner_group_support.hpp"
 
 #include "support/child_process.hpp"
-#include "torch/learner_group_support.hpp"
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>

@@ -220,8 +220,8 @@ TEST_F(AcksTest, LearnerCapRefusesExcessAndResendsFillIt) {
   EXPECT_EQ(reps[0].trajectories_received, produced);
 }
 
-// A collector is killed mid-run and restarts with a new incarnation: the learner
-// counts what each incarnation sent, once.
+// A collector is killed mid-run and restarts with a new incarnation: the
+// learner counts what each incarnation sent, once.
 TEST_F(AcksTest, RestartedCollectorIsCountedPerIncarnation) {
   auto router = spawn_router();
   auto lstats = make_stats();
@@ -268,13 +268,15 @@ TEST_F(AcksTest, ALearnerConnectingTriggersAnImmediateResend) {
   copts.max_in_flight = 3;
   copts.resend_timeout = 5s;
   copts.stats = cstats;
-  auto c = spawn_role(router, 2, {role::collector}, collector_pipe(2, 3, copts));
+  auto c = spawn_role(router, 2, {role::collector},
+                      collector_pipe(2, 3, copts));
   start({c});
   EXPECT_EQ(cstats->deltas_sent, 3u); // into the void; the window is full
   auto lstats = make_stats();
   context_exchanger_options lopts;
   lopts.stats = lstats;
-  auto l = spawn_role(router, 0, {role::learner}, learner_pipe(100ms, lopts), 5);
+  auto l = spawn_role(router, 0, {role::learner}, learner_pipe(100ms, lopts),
+                      5);
   start({l});
   EXPECT_EQ(cstats->deltas_resent, 0u);
   // Only the node's own router may say so: the same event from anyone else is

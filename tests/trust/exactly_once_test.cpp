@@ -48,7 +48,8 @@ TEST_F(ExactlyOnceTest, LearnerDropsResentAndReplayedDeltas) {
   publish(router, topic, 2, next); // applied
   publish(router, topic, 2, d);    // an old one replayed: dropped
   auto restarted = d;
-  restarted.incarnation = 12; // the collector restarted: seq 1 again, new incarnation
+  restarted.incarnation = 12; // the collector restarted: seq 1 again, new
+                              // incarnation
   restarted.env_step = 2;
   restarted.trajectories = {pack(std::vector<int>{6, 7}, 2)};
   publish(router, topic, 2, restarted); // applied

@@ -10,11 +10,11 @@
 // the unbounded DI-engine behaviour), DICE_FLOOD_RSS_MIB (allowed growth of
 // the learner's RSS over its idle size, default 96).
 
-#include "dice/exchangers/context_exchanger.hpp"
-#include "dice/runtime/node.hpp"
 #include "dice/core/errc.hpp"
+#include "dice/exchangers/context_exchanger.hpp"
 #include "dice/logging/log.hpp"
 #include "dice/messages/payload.hpp"
+#include "dice/runtime/node.hpp"
 #include "dice/type_ids.hpp"
 
 #include "support/child_process.hpp"

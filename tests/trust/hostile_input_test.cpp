@@ -4,12 +4,12 @@
 // snapshots and node options. Each must be refused with an error and a
 // counter, never by a crash or a huge allocation.
 
-#include "dice/runtime/node.hpp"
 #include "dice/core/errc.hpp"
 #include "dice/messages/context_delta.hpp"
+#include "dice/messages/detail/peer_hello.hpp"
 #include "dice/messages/model_snapshot.hpp"
 #include "dice/messages/payload.hpp"
-#include "dice/messages/detail/peer_hello.hpp"
+#include "dice/runtime/node.hpp"
 #include "dice/security/trust.hpp"
 #include "dice/type_ids.hpp"
 

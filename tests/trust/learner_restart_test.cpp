@@ -7,8 +7,8 @@
 // the first seq it sees).
 
 #include "actors/role_state.hpp"
-#include "dice/exchangers/context_exchanger.hpp"
 #include "dice/actors/storage_loader.hpp"
+#include "dice/exchangers/context_exchanger.hpp"
 #include "dice/messages/context_delta.hpp"
 #include "dice/security/trust.hpp"
 

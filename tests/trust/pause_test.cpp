@@ -21,7 +21,8 @@ using namespace std::chrono_literals;
 using dice::test::child_process;
 using clock_type = std::chrono::steady_clock;
 
-const std::string bin = std::string{DICE_BINARY_DIR} + "/bin/dice_exchange_probe";
+const std::string bin = std::string{DICE_BINARY_DIR}
+  + "/bin/dice_exchange_probe";
 
 const std::regex collect_line{"collect iteration ([0-9]+) "};
 

@@ -43,10 +43,12 @@ std::string bin_dir() {
 
 std::vector<std::string> node_args(int id, std::string loss,
                                    std::vector<std::string> extra) {
-  std::vector<std::string> args{
-    bin_dir() + "dice_exchange_probe", "--dice.node-id=" + std::to_string(id),
-    "--dice.workers=4",           "--dice.topology=star",
-    "--dice.host=127.0.0.1",      "--dice.peer-loss-timeout=" + loss};
+  std::vector<std::string> args{bin_dir() + "dice_exchange_probe",
+                                "--dice.node-id=" + std::to_string(id),
+                                "--dice.workers=4",
+                                "--dice.topology=star",
+                                "--dice.host=127.0.0.1",
+                                "--dice.peer-loss-timeout=" + loss};
   args.insert(args.end(), extra.begin(), extra.end());
   return args;
 }
@@ -149,17 +151,19 @@ class Reconnect : public ::testing::Test {
     std::cout << fault << ": collectors sent " << env_step(*c1) << " + "
               << env_step(*c2) << " + " << env_step(*c3) << " = " << sent
               << " transitions, the learner received " << received << std::endl;
-    EXPECT_EQ(received, sent)
-      << "learner:\n" << learner->text() << "\nlate collector 3:\n"
-      << c3->text() << "\ncollector 1 (last lines):\n" << tail(*c1)
-      << "\ncollector 2 (last lines):\n" << tail(*c2);
+    EXPECT_EQ(received, sent) << "learner:\n"
+                              << learner->text() << "\nlate collector 3:\n"
+                              << c3->text() << "\ncollector 1 (last lines):\n"
+                              << tail(*c1) << "\ncollector 2 (last lines):\n"
+                              << tail(*c2);
   }
 
   /// The last lines `p` wrote (a --trace collector writes thousands).
   static std::string tail(const process& p, std::size_t n = 40) {
     auto lines = p.lines();
     std::string result;
-    for (auto i = lines.size() > n ? lines.size() - n : 0; i < lines.size(); ++i)
+    for (auto i = lines.size() > n ? lines.size() - n : 0; i < lines.size();
+         ++i)
       result += lines[i] + "\n";
     return result;
   }

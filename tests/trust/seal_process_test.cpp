@@ -6,10 +6,10 @@
 // actors send, anonymously. A late collector then ends the run, and the
 // learner's env_step must equal what the collectors sent.
 
-#include "dice/security/auth.hpp"
 #include "dice/messages/context_delta.hpp"
-#include "net/dialer.hpp"
+#include "dice/security/auth.hpp"
 #include "dice/type_ids.hpp"
+#include "net/dialer.hpp"
 
 #include "caf/actor_system.hpp"
 #include "caf/actor_system_config.hpp"
@@ -51,10 +51,12 @@ const std::string bin_dir = std::getenv("DICE_TEST_BIN_DIR")
   : std::string{DICE_BINARY_DIR} + "/bin/";
 
 std::vector<std::string> node_args(int id, std::vector<std::string> extra) {
-  std::vector<std::string> args{
-    bin_dir + "dice_exchange_probe", "--dice.node-id=" + std::to_string(id),
-    "--dice.workers=3",         "--dice.topology=star",
-    "--dice.host=127.0.0.1",    "--dice.peer-loss-timeout=10s"};
+  std::vector<std::string> args{bin_dir + "dice_exchange_probe",
+                                "--dice.node-id=" + std::to_string(id),
+                                "--dice.workers=3",
+                                "--dice.topology=star",
+                                "--dice.host=127.0.0.1",
+                                "--dice.peer-loss-timeout=10s"};
   args.insert(args.end(), extra.begin(), extra.end());
   return args;
 }
@@ -253,9 +255,9 @@ TEST_F(SealProcess, AnonymousPublishAddsNothing) {
   EXPECT_EQ(end_run(), 0) << "a forged delta reached the learner's env_step";
 }
 
-// Before: the challenge reply came from the router; `send_exit(router, kill)` left
-// the learner running with no router and no log line; its collectors died of
-// peer loss.
+// Before: the challenge reply came from the router; `send_exit(router, kill)`
+// left the learner running with no router and no log line; its collectors died
+// of peer loss.
 TEST_F(SealProcess, NoInternalIdLeaksAndKillsDoNothing) {
   caf::scoped_actor self{stranger};
   caf::actor replier;

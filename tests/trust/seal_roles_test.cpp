@@ -2,8 +2,8 @@
 // actors of its own node that name themselves, and a node whose router is gone
 // says so and stops with an error instead of running on headless.
 
-#include "dice/exchangers/context_exchanger.hpp"
 #include "dice/actors/storage_loader.hpp"
+#include "dice/exchangers/context_exchanger.hpp"
 #include "dice/messages/context_delta.hpp"
 #include "dice/security/trust.hpp"
 

@@ -7,15 +7,15 @@
 // another node's data is covered too. Deterministic: three actor systems on
 // CAF's test coordinator joined by the testing network backend.
 
-#include "dice/actors/router.hpp"
 #include "actors/gate.hpp"
-#include "dice/security/auth.hpp"
+#include "dice/actors/router.hpp"
 #include "dice/core/errc.hpp"
 #include "dice/messages/context_ack.hpp"
 #include "dice/messages/context_delta.hpp"
+#include "dice/messages/detail/snapshot_chunk.hpp"
 #include "dice/messages/event.hpp"
 #include "dice/messages/model_snapshot.hpp"
-#include "dice/messages/detail/snapshot_chunk.hpp"
+#include "dice/security/auth.hpp"
 #include "dice/security/trust.hpp"
 #include "dice/type_ids.hpp"
 
@@ -316,7 +316,8 @@ TEST_F(Seal, ErrorsAndForgedDownMessagesDoNotStopTheGate) {
 // -- item 3: a peer can only speak for itself
 // ------------------------------------
 
-dice::model_snapshot snapshot_named(std::uint32_t sender, std::uint64_t incarnation,
+dice::model_snapshot snapshot_named(std::uint32_t sender,
+                                    std::uint64_t incarnation,
                                     std::int64_t version,
                                     std::size_t bytes = 64) {
   dice::snapshot_builder bld;
@@ -359,8 +360,9 @@ TEST_F(Seal, PeerCannotForwardInAnotherNodesName) {
 
 // A restarted collector republishes its predecessor's deltas from its spool
 // under the old incarnation; a peer may do that only in its own name. Node 1
-// forwarding node 3's deltas (of an older incarnation, as a spool would hold them)
-// is refused outside and inside, and nothing reaches the learner's member.
+// forwarding node 3's deltas (of an older incarnation, as a spool would hold
+// them) is refused outside and inside, and nothing reaches the learner's
+// member.
 TEST_F(Seal, PeerCannotRepublishAnotherNodesDeltas) {
   auto before = count(trust_event::forged_origin);
   auto proxy = router_of(b).peers[0].handle;

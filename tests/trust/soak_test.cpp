@@ -111,8 +111,9 @@ TEST(Soak, LearnerMemoryStaysFlatAndNothingIsLostOrDoubled) {
   // The finisher joins from outside the launch: it needs the same secret.
   dice::test::secret_file secret;
   child_process launch{{bin_dir + "dice-launch", "--workers", "8", "--topology",
-                        "star", secret.flag(), "--", bin_dir + "dice_exchange_probe",
-                        "--steps=1000000000", "--dice.peer-loss-timeout=20s"}};
+                        "star", secret.flag(), "--",
+                        bin_dir + "dice_exchange_probe", "--steps=1000000000",
+                        "--dice.peer-loss-timeout=20s"}};
   std::smatch m;
   ASSERT_TRUE(launch.wait_for(
     std::regex{"dice-node 0 listening on port ([0-9]+)"}, 60s, &m))

@@ -108,11 +108,12 @@ TEST_F(SpoolTest, DeltasTheLearnerAlreadyAppliedAreNotCountedTwice) {
 }
 
 // A learner of a group hears the new incarnation (incarnation 20), then a
-// republished delta of the old one (incarnation 10): it applies and acknowledges
-// it under incarnation 10. Its watermark names the stream that last brought new
-// data, so incarnation 20's next delta makes it current again, and a resent
-// duplicate of incarnation 10 no longer moves it back (before: {10, 5}, so a
-// failover at that moment lost the group's count of incarnation 20).
+// republished delta of the old one (incarnation 10): it applies and
+// acknowledges it under incarnation 10. Its watermark names the stream that
+// last brought new data, so incarnation 20's next delta makes it current again,
+// and a resent duplicate of incarnation 10 no longer moves it back (before:
+// {10, 5}, so a failover at that moment lost the group's count of incarnation
+// 20).
 TEST_F(SpoolTest, ALearnerTakesAnOlderIncarnationsDeltasAfterANewerOnes) {
   auto router = spawn_router();
   context_exchanger_options lopts;
@@ -132,7 +133,8 @@ TEST_F(SpoolTest, ALearnerTakesAnOlderIncarnationsDeltasAfterANewerOnes) {
     });
   spawned.push_back(spy);
   run();
-  auto delta = [](std::uint64_t incarnation, std::uint64_t seq, std::uint64_t base) {
+  auto delta = [](std::uint64_t incarnation, std::uint64_t seq,
+                  std::uint64_t base) {
     context_delta d;
     d.sender = 2;
     d.incarnation = incarnation;

@@ -5,11 +5,11 @@
 // settings are checked before CAF sees them (it aborts on a bad path).
 
 #include "dice/actors/router.hpp"
+#include "dice/core/errc.hpp"
 #include "dice/runtime/node.hpp"
 #include "dice/security/auth.hpp"
-#include "dice/core/errc.hpp"
-#include "net/dialer.hpp"
 #include "dice/security/trust.hpp"
+#include "net/dialer.hpp"
 
 #include "caf/actor_system.hpp"
 #include "caf/scoped_actor.hpp"

@@ -1,7 +1,7 @@
 #pragma once
 
 #include "dice/actors/router.hpp"
-#include "dice/pipeline/context.hpp"
+#include "dice/core/node_report.hpp"
 #include "dice/messages/context_ack.hpp"
 #include "dice/messages/context_delta.hpp"
 #include "dice/messages/event.hpp"
@@ -9,8 +9,8 @@
 #include "dice/messages/model_snapshot.hpp"
 #include "dice/messages/peer_event.hpp"
 #include "dice/messages/storage_ref.hpp"
+#include "dice/pipeline/context.hpp"
 #include "dice/pipeline/middleware.hpp"
-#include "dice/core/node_report.hpp"
 #include "dice/type_ids.hpp"
 
 #include "caf/stateful_actor.hpp"

@@ -1,9 +1,9 @@
 #pragma once
 
 #include "dice/core/role.hpp"
-#include "dice/messages/finish.hpp"
 #include "dice/messages/detail/forward_batch.hpp"
 #include "dice/messages/detail/peer_hello.hpp"
+#include "dice/messages/finish.hpp"
 #include "dice/type_ids.hpp"
 
 #include "caf/actor.hpp"

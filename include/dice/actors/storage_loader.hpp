@@ -10,6 +10,6 @@ namespace dice {
 /// Spawns a storage loader (DI-engine's FileStorageLoader; detached unless
 /// `opts.detached` is false). Its messages: loader_actor.
 storage_loader_actor spawn_storage_loader(caf::actor_system& sys,
-                                                   loader_options opts = {});
+                                          loader_options opts = {});
 
 } // namespace dice

@@ -1,7 +1,7 @@
 #pragma once
 
-#include "dice/pipeline/middleware.hpp"
 #include "dice/core/model.hpp"
+#include "dice/pipeline/middleware.hpp"
 
 namespace dice {
 

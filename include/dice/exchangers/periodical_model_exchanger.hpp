@@ -1,8 +1,8 @@
 #pragma once
 
 #include "dice/actors/model_loader.hpp"
-#include "dice/pipeline/middleware.hpp"
 #include "dice/core/model.hpp"
+#include "dice/pipeline/middleware.hpp"
 
 #include "caf/expected.hpp"
 #include "caf/timespan.hpp"

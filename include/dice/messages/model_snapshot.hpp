@@ -77,8 +77,8 @@ bool operator==(const model_snapshot& x, const model_snapshot& y);
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, model_snapshot& x) {
-  return f(caf::meta::type_name("dice::model_snapshot"), x.sender, x.incarnation,
-           x.version, x.send_time_ns, x.index, x.data);
+  return f(caf::meta::type_name("dice::model_snapshot"), x.sender,
+           x.incarnation, x.version, x.send_time_ns, x.index, x.data);
 }
 
 /// Checks that the index is consistent with the buffer: known dtypes,

@@ -1,9 +1,9 @@
 #pragma once
 
 #include "dice/actors/role_actor.hpp"
-#include "dice/pipeline/middleware.hpp"
 #include "dice/core/node_report.hpp"
 #include "dice/core/role.hpp"
+#include "dice/pipeline/middleware.hpp"
 
 #include "caf/actor_system.hpp"
 #include "caf/expected.hpp"

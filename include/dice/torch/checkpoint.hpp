@@ -15,7 +15,8 @@ namespace dice {
 
 /// Writes `x` as a dict {name: tensor} in PyTorch's zip/pickle format
 /// (LibTorch's pickle_save), via a temporary file and a rename.
-caf::error save_pytorch_checkpoint(const model_snapshot& x, const std::string& path);
+caf::error save_pytorch_checkpoint(const model_snapshot& x,
+                                   const std::string& path);
 
 /// Reads a file `torch.save` wrote holding a dict of CPU tensors (or what
 /// save_pytorch_checkpoint wrote) into a snapshot; anything else is

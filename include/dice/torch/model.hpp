@@ -2,8 +2,8 @@
 
 // LibTorch side of dice: only programs that own torch models include this.
 
-#include "dice/messages/model_snapshot.hpp"
 #include "dice/core/model.hpp"
+#include "dice/messages/model_snapshot.hpp"
 
 #include "caf/error.hpp"
 #include "caf/expected.hpp"

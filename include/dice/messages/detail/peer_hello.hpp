@@ -1,7 +1,7 @@
 #pragma once
 
-#include "dice/messages/finish.hpp"
 #include "dice/core/role.hpp"
+#include "dice/messages/finish.hpp"
 
 #include "caf/meta/type_name.hpp"
 
