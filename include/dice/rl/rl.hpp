@@ -13,6 +13,7 @@
 #include "dice/rl/network.hpp"
 #include "dice/rl/outputs.hpp"
 #include "dice/rl/ppo.hpp"
+#include "dice/rl/ppo_agent.hpp"
 #include "dice/rl/replay_buffer.hpp"
 #include "dice/rl/returns.hpp"
 #include "dice/rl/run_config.hpp"
