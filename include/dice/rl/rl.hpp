@@ -5,6 +5,7 @@
 #include "dice/rl/actor_critic.hpp"
 #include "dice/rl/distributions.hpp"
 #include "dice/rl/dqn.hpp"
+#include "dice/rl/dqn_agent.hpp"
 #include "dice/rl/epsilon.hpp"
 #include "dice/rl/evaluator.hpp"
 #include "dice/rl/exchange.hpp"
