@@ -15,6 +15,7 @@
 
 #include "dice/logging/log.hpp"
 #include "dice/messages/context_delta.hpp"
+#include "dice/rl/dqn.hpp"
 #include "dice/runtime/local_cluster.hpp"
 #include "dice/type_ids.hpp"
 
@@ -23,7 +24,6 @@
 #include "caf/make_message.hpp"
 
 #include "bench_options.hpp"
-#include "dqn.hpp"
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
@@ -57,16 +57,17 @@ struct bench_config : caf::actor_system_config {
 // on what it learns), then a short wait.
 dice::middleware trainer(int updates, std::shared_ptr<std::atomic<long>> done) {
   struct state {
-    std::unique_ptr<dqn::dqn_learner> learner;
+    std::unique_ptr<dice::rl::dqn_learner> learner;
   };
   auto st = std::make_shared<state>();
   dice::middleware m;
   m.name = "trainer";
   m.attach = [st](dice::node_services&) {
-    dqn::dqn_config cfg;
-    st->learner = std::make_unique<dqn::dqn_learner>(dqn::q_network{cfg.hidden},
-                                                     cfg, 1);
-    dqn::transition_batch b;
+    dice::rl::dqn_options cfg;
+    st->learner = std::make_unique<dice::rl::dqn_learner>(
+      dice::rl::q_network{4, 2, cfg.hidden}, cfg, 1);
+    dice::rl::transition_batch b;
+    b.obs_dim = 4;
     std::mt19937_64 rng{7};
     std::uniform_real_distribution<float> u{-1.f, 1.f};
     for (int i = 0; i < 2000; ++i) {
@@ -74,11 +75,12 @@ dice::middleware trainer(int updates, std::shared_ptr<std::atomic<long>> done) {
         b.obs.push_back(u(rng));
         b.next_obs.push_back(u(rng));
       }
-      b.action.push_back(static_cast<std::uint8_t>(i % 2));
+      b.action.push_back(i % 2);
       b.reward.push_back(1.f);
       b.discount.push_back(0.97f);
     }
-    st->learner->add(b);
+    if (auto err = st->learner->add(b))
+      dice::log::error(0, "trainer: " + dice::render(err));
   };
   m.before = [st, updates, done](dice::context&) -> dice::step {
     for (int i = 0; i < updates; ++i)

@@ -60,15 +60,16 @@ struct scratch {
   }
 };
 
-/// The last "report {...}" JSON per node in `lines` (in-process runs log
-/// every node's final report).
+/// The last report JSON line per node in `lines` (every node prints its
+/// final report as one JSON object on stdout).
 std::map<long, std::string> reports(const std::vector<std::string>& lines) {
   std::map<long, std::string> result;
   for (auto& l : lines) {
-    auto pos = l.find("report {");
-    if (pos == std::string::npos)
+    auto pos = l.find("{\"node\"");
+    if (pos == std::string::npos
+        || l.find("\"stop_reason\"") == std::string::npos)
       continue;
-    auto json = l.substr(pos + 7);
+    auto json = l.substr(pos);
     result[json_int(json, "node")] = json;
   }
   return result;
@@ -90,11 +91,12 @@ void in_process_run(int learners) {
   ASSERT_TRUE(rc) << "the run did not end within 120 s\n" << run.text();
   EXPECT_EQ(*rc, 0) << run.text();
   auto reps = reports(run.lines());
-  // Node 0 is rank 0, node 1 the evaluator, 2..4 collectors, 5.. ranks 1..
+  // Nodes 0..L-1 are ranks 0..L-1, node L the evaluator, L+1..L+3 the
+  // collectors (dice::run's default roles).
   ASSERT_EQ(reps.size(), 4u + static_cast<std::size_t>(learners)) << run.text();
   long collected = 0;
   long episodes = 0;
-  for (long id = 2; id <= 4; ++id) {
+  for (long id = learners + 1; id <= learners + 3; ++id) {
     EXPECT_EQ(json_str(reps[id], "role"), "collector") << reps[id];
     collected += json_int(reps[id], "env_step");
     episodes += json_int(reps[id], "env_episode");
@@ -102,9 +104,9 @@ void in_process_run(int learners) {
   std::cout << "collectors made " << collected << " env steps, " << episodes
             << " episodes" << std::endl;
   EXPECT_GE(collected, 6000);
-  std::vector<long> ranks{0};
-  for (long r = 1; r < learners; ++r)
-    ranks.push_back(4 + r);
+  std::vector<long> ranks;
+  for (long r = 0; r < learners; ++r)
+    ranks.push_back(r);
   auto d0 = read_lines(out.dir / "digests-0.txt");
   ASSERT_GT(d0.size(), 10u);
   for (long id : ranks) {
