@@ -1,12 +1,9 @@
-// custom_env: the template for training your own environment with dice.
-// A point mass on a plane must reach a goal and stay there: a continuous
-// 2-D force (a Box action, so PPO acts with a diagonal Gaussian). Copy this
-// file, replace point_goal with your env, keep main().
+// custom_env: the template for training your own environment with dice (a
+// point mass that must reach a goal with a continuous force, trained by
+// PPO). Copy this folder, replace point_goal with your env, keep main().
 //
-//   custom_env                                # learner, evaluator and 3
-//                                             # collectors in one process
-//   dice-launch --workers 5 -- custom_env     # the same, 5 processes
-//   custom_env --collectors=4 --max-env-steps=200000 --out=runs/mine
+//   custom_env --collectors=4                 # one process
+//   dice-launch --workers 6 -- custom_env     # 6 processes
 //   custom_env --eval-only=runs/custom_env/best.pt
 //
 // Writes OUT/metrics.jsonl, summary.json, eval_return.png, latest.pt and
@@ -54,8 +51,6 @@ class point_goal : public dice::env {
   dice::step_result step(const dice::action_view& a, float* obs) override {
     float cost = 0;
     for (int i = 0; i < 2; ++i) {
-      // The vector_env checks the action against the space; clip anyway,
-      // as a physical actuator would.
       auto f = std::clamp(a.values[i], -1.0f, 1.0f);
       vel_[i] = std::clamp(0.9f * vel_[i] + 0.1f * f, -1.0f, 1.0f);
       pos_[i] = std::clamp(pos_[i] + 0.1f * vel_[i], -2.0f, 2.0f);

@@ -1,21 +1,16 @@
 #!/usr/bin/env bash
 # Installs the build tree into a temporary prefix, builds tests/install/consumer
-# against it with find_package(dice) -- a dice::core program, and
-# examples/custom_env's one source against dice::rl when dice was built
-# with LibTorch -- runs them and checks their output.
+# against it with find_package(dice) -- a dice::core program -- and, when
+# dice was built with LibTorch, a copy of the examples/custom_env folder as
+# docs/getting-started.md does; runs them and checks their output.
 set -euo pipefail
 build_dir=$1
 source_dir=$2
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cmake --install "$build_dir" --prefix "$work/prefix" >/dev/null
-custom_env=""
-if [ -f "$build_dir/bin/custom_env" ]; then
-  custom_env="-DCUSTOM_ENV_SOURCE=$source_dir/examples/custom_env/main.cpp"
-fi
 cmake -S "$source_dir/tests/install/consumer" -B "$work/build" \
-  -DCMAKE_PREFIX_PATH="$work/prefix" -DCMAKE_BUILD_TYPE=Release $custom_env \
-  >/dev/null
+  -DCMAKE_PREFIX_PATH="$work/prefix" -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$work/build" -j 2 >/dev/null
 out=$("$work/build/consumer")
 echo "$out"
@@ -26,10 +21,16 @@ if [ -z "$steps" ] || [ "$steps" -lt 20 ] || [ $((steps % 5)) -ne 0 ]; then
   echo "unexpected output: $out" >&2
   exit 1
 fi
-if [ -n "$custom_env" ]; then
-  # The installed build of the template runs: a short run to its env-step
-  # budget writes its summary (learning itself: tests/examples).
-  "$work/build/custom_env" --max-env-steps=2000 --quiet --no-plot \
+if [ -f "$build_dir/bin/custom_env" ]; then
+  # docs/getting-started.md, "Your own project": the template's folder,
+  # copied out of the tree, builds against the installed package (one
+  # include, dice::rl) and runs: a short run to its env-step budget writes
+  # its summary (learning itself: tests/examples/custom_env_test.cpp).
+  cp -r "$source_dir/examples/custom_env" "$work/my_rl"
+  cmake -S "$work/my_rl" -B "$work/my_rl/build" \
+    -DCMAKE_PREFIX_PATH="$work/prefix" -DCMAKE_BUILD_TYPE=Release >/dev/null
+  cmake --build "$work/my_rl/build" -j 2 >/dev/null
+  "$work/my_rl/build/custom_env" --max-env-steps=2000 --quiet --no-plot \
     --out="$work/run" >"$work/custom_env.log" 2>&1 ||
     { cat "$work/custom_env.log" >&2; exit 1; }
   grep -q '"stop_reason"' "$work/run/summary.json" ||
