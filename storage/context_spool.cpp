@@ -111,8 +111,8 @@ caf::error context_spool::append(const context_delta& d) {
 // they are), then the old segments go. A kill in between leaves both;
 // whoever reads them takes each seq once.
 caf::error context_spool::rotate() {
-  // The old segment by value (new_segment moves the vector's elements); it
-  // stays open in own_.segments until the end.
+  // The old segment's fd and path, not a reference (new_segment may move
+  // the vector's elements); it stays open in own_.segments until the end.
   auto old_fd = own_.segments.back().fd.get();
   auto old_path = own_.segments.back().path;
   auto unsettled = std::move(own_.unsettled);
