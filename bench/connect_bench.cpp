@@ -55,32 +55,29 @@ double median(std::vector<double> xs) {
 // Raw TCP: connect, one byte there and back.
 std::vector<double> tcp_rounds(long rounds) {
   std::uint16_t port = 0;
-  int ls = dice::bench::listen_loopback(16, port);
-  if (ls < 0)
+  dice::unique_fd ls{dice::bench::listen_loopback(16, port)};
+  if (!ls)
     return {};
   auto addr = dice::bench::loopback_address(port);
   std::thread echo{[&] {
     for (long r = 0; r < rounds; ++r) {
-      int s = ::accept(ls, nullptr, nullptr);
+      dice::unique_fd s{::accept(ls.get(), nullptr, nullptr)};
       char c;
-      if (::read(s, &c, 1) == 1 && ::write(s, &c, 1) != 1)
+      if (::read(s.get(), &c, 1) == 1 && ::write(s.get(), &c, 1) != 1)
         break;
-      ::close(s);
     }
   }};
   std::vector<double> times;
   for (long r = 0; r < rounds; ++r) {
     auto t0 = clk::now();
-    int s = ::socket(AF_INET, SOCK_STREAM, 0);
-    ::connect(s, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+    dice::unique_fd s{::socket(AF_INET, SOCK_STREAM, 0)};
+    ::connect(s.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
     char c = 1;
-    if (::write(s, &c, 1) != 1 || ::read(s, &c, 1) != 1)
+    if (::write(s.get(), &c, 1) != 1 || ::read(s.get(), &c, 1) != 1)
       break;
     times.push_back(std::chrono::duration<double>(clk::now() - t0).count());
-    ::close(s);
   }
   echo.join();
-  ::close(ls);
   return times;
 }
 

@@ -36,6 +36,7 @@
 // the router falls back to BASP chunks, with a warning and a counter.
 
 #include "dice/messages/shared_bytes.hpp"
+#include "dice/process/unique_fd.hpp"
 #include "dice/security/auth.hpp"
 #include "net/data_auth.hpp"
 
@@ -255,7 +256,7 @@ class data_plane {
 
   /// The listener's hand-over of a connection on `channel::data` (takes
   /// `fd`; never blocks the caller). `binding`: its preamble nonces.
-  void accept(int fd, std::string where, std::string binding);
+  void accept(unique_fd fd, std::string where, std::string binding);
 
   /// Queues `item` for `peer`; its transfer id, or nullopt when no data
   /// connection to `peer` is up (the caller sends over BASP and calls
@@ -308,14 +309,15 @@ class data_plane {
   data_plane(caf::actor_system& sys, data_plane_config cfg);
 
   void spawn_thread(std::function<void()> fn);
-  void bind_accepted(int fd, std::string where, std::string binding);
+  void bind_accepted(unique_fd fd, std::string where, std::string binding);
   bool dial_one(std::uint32_t peer, const std::string& host, std::uint16_t port,
                 const std::string& key, std::uint8_t direction);
-  void add_out(std::uint32_t peer, int fd, ssl_ptr ssl);
-  void add_in(std::uint32_t peer, int fd, ssl_ptr ssl, std::string ack_out,
-              std::string ack_in);
-  void run_writer(std::shared_ptr<out_link> link);
-  void run_reader(std::shared_ptr<in_link> link);
+  void add_out(std::uint32_t peer, unique_fd fd, ssl_ptr ssl);
+  void add_in(std::uint32_t peer, unique_fd fd, ssl_ptr ssl,
+              std::string ack_out, std::string ack_in);
+  // `fd`: the link's socket, which the thread closes when it ends.
+  void run_writer(std::shared_ptr<out_link> link, unique_fd fd);
+  void run_reader(std::shared_ptr<in_link> link, unique_fd fd);
   void warn_fallback(std::uint32_t peer, const std::string& why);
   void queue_control(std::uint32_t peer, int kind, std::uint64_t id);
   void on_probe_ok(std::uint32_t peer);
@@ -335,6 +337,8 @@ class data_plane {
   std::map<std::uint32_t, std::shared_ptr<in_link>> in_;
   std::map<std::uint32_t, std::string> failed_;
   std::map<std::uint32_t, bool> warned_;
+  // Accepted data connections still binding, for stop() to shut down; each
+  // is owned by its binding thread (bind_accepted), not by this list.
   std::vector<int> pending_fds_;
   std::unique_ptr<shm_probe> probe_;
   std::atomic<bool> same_host_{true};

@@ -101,6 +101,9 @@ struct data_plane::out_link {
     std::uint32_t tag = 0;
   };
   std::uint32_t peer = 0;
+  // The socket's number, for other threads to shut it down (under the
+  // plane's mutex); its owner is the writer thread (run_writer's `fd`),
+  // which closes it when it ends, so no other thread writes this field.
   int fd = -1;
   ssl_ptr ssl;
   std::mutex mtx;
@@ -115,6 +118,8 @@ struct data_plane::out_link {
 
 struct data_plane::in_link {
   std::uint32_t peer = 0;
+  // The socket's number, for other threads to shut it down; owned and
+  // closed by the reader thread (run_reader's `fd`), as out_link::fd.
   int fd = -1;
   ssl_ptr ssl;
   std::uint64_t link_gen = 0;

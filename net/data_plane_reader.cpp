@@ -5,7 +5,7 @@ namespace dice::net {
 
 using namespace plane_detail;
 
-void data_plane::run_reader(std::shared_ptr<in_link> link) {
+void data_plane::run_reader(std::shared_ptr<in_link> link, unique_fd fd) {
   auto& c = counters();
   std::string why = "closed by the peer";
   auto torn = [&](std::string what) {
@@ -21,7 +21,7 @@ void data_plane::run_reader(std::shared_ptr<in_link> link) {
   char hdr[data_header_size];
   auto ssl = link->ssl.get();
   if (!link->ack_out.empty() && !write_bytes(link->fd, ssl, link->ack_out)) {
-    ::close(link->fd);
+    fd.reset();
     caf::anon_send(inbox_, data_down_atom::value, link->peer, link->link_gen,
                    std::string{"failed at the ack"});
     return;
@@ -40,7 +40,7 @@ void data_plane::run_reader(std::shared_ptr<in_link> link) {
       warn_fallback(link->peer,
                     got ? "the peer did not prove this control session"
                         : "the peer refused the data connection");
-      ::close(link->fd);
+      fd.reset();
       caf::anon_send(inbox_, data_down_atom::value, link->peer, link->link_gen,
                      std::string{"refused"});
       return;
@@ -168,8 +168,8 @@ void data_plane::run_reader(std::shared_ptr<in_link> link) {
     caf::anon_send(inbox_, data_ready_atom::value, link->peer, link->link_gen,
                    h->id, h->tag, shared_bytes{std::move(buf)});
   }
-  ::shutdown(link->fd, SHUT_RDWR);
-  ::close(link->fd);
+  ::shutdown(fd.get(), SHUT_RDWR);
+  fd.reset();
   caf::anon_send(inbox_, data_down_atom::value, link->peer, link->link_gen,
                  why);
   std::lock_guard<std::mutex> guard{mtx_};

@@ -36,26 +36,28 @@ std::string data_plane::accept_session(std::uint32_t peer,
   return mine->pub();
 }
 
-void data_plane::accept(int fd, std::string where, std::string binding) {
+void data_plane::accept(unique_fd fd, std::string where, std::string binding) {
   {
     std::lock_guard<std::mutex> guard{mtx_};
-    if (stopping_) {
-      ::close(fd);
-      return;
-    }
-    pending_fds_.push_back(fd);
+    if (stopping_)
+      return; // closes `fd`
+    pending_fds_.push_back(fd.get());
   }
+  // std::function copies its callable: the fd travels in a shared owner,
+  // so it also closes if the thread never starts (the plane stopped).
+  auto owner = std::make_shared<unique_fd>(std::move(fd));
   spawn_thread(
-    [this, fd, where = std::move(where), binding = std::move(binding)] {
-      bind_accepted(fd, where, binding);
+    [this, owner, where = std::move(where), binding = std::move(binding)] {
+      bind_accepted(std::move(*owner), where, binding);
     });
 }
 
-void data_plane::bind_accepted(int fd, std::string where, std::string binding) {
-  auto done_pending = [&] {
+void data_plane::bind_accepted(unique_fd fd, std::string where,
+                               std::string binding) {
+  auto done_pending = [&, raw = fd.get()] {
     std::lock_guard<std::mutex> guard{mtx_};
     pending_fds_.erase(std::remove(pending_fds_.begin(), pending_fds_.end(),
-                                   fd),
+                                   raw),
                        pending_fds_.end());
   };
   auto refuse = [&](const std::string& why) {
@@ -64,24 +66,24 @@ void data_plane::bind_accepted(int fd, std::string where, std::string binding) {
     log::warning(cfg_.node,
                  "refused a data connection from " + where + ": " + why);
     // Not a byte back: a stranger learns nothing.
-    ::close(fd);
+    fd.reset();
   };
   auto deadline = deadline_clock::now() + cfg_.connect_timeout;
-  set_blocking(fd, cfg_.connect_timeout, cfg_.connect_timeout);
+  set_blocking(fd.get(), cfg_.connect_timeout, cfg_.connect_timeout);
   ssl_ptr ssl;
   std::string tls_b;
   if (tls_) {
-    auto x = tls_->handshake(fd, true);
+    auto x = tls_->handshake(fd.get(), true);
     if (!x)
       return refuse(render(x.error()));
     ssl = std::move(*x);
     tls_b = tls_binding(ssl.get());
     if (tls_b.empty())
       return refuse("no TLS exporter value");
-    set_blocking(fd, left_until(deadline), left_until(deadline));
+    set_blocking(fd.get(), left_until(deadline), left_until(deadline));
   }
   char raw[data_bind_size];
-  if (read_exactly(fd, ssl.get(), raw, data_bind_size)
+  if (read_exactly(fd.get(), ssl.get(), raw, data_bind_size)
       != static_cast<long>(data_bind_size))
     return refuse("no bind frame");
   auto b = decode_bind(raw, data_bind_size);
@@ -122,14 +124,12 @@ void data_plane::bind_accepted(int fd, std::string where, std::string binding) {
   if (b->direction == data_dialer_writes) {
     // The inbox knows the link before the dialer may send a reference; the
     // reader writes the ack (one thread per SSL object).
-    add_in(b->node, fd, std::move(ssl), std::move(ack), {});
+    add_in(b->node, std::move(fd), std::move(ssl), std::move(ack), {});
     return;
   }
-  if (!write_bytes(fd, ssl.get(), ack)) {
-    ::close(fd);
-    return;
-  }
-  add_out(b->node, fd, std::move(ssl));
+  if (!write_bytes(fd.get(), ssl.get(), ack))
+    return; // closes `fd`
+  add_out(b->node, std::move(fd), std::move(ssl));
 }
 
 void data_plane::dial(std::uint32_t peer, std::string host, std::uint16_t port,
@@ -166,76 +166,75 @@ bool data_plane::dial_one(std::uint32_t peer, const std::string& host,
   };
   auto deadline = deadline_clock::now() + cfg_.connect_timeout;
   std::string binding;
-  auto fd = dial_channel(cfg_.secret, host, port, channel::data, deadline,
-                         &binding);
-  if (!fd)
-    return fail(render(fd.error()));
+  auto dialed = dial_channel(cfg_.secret, host, port, channel::data, deadline,
+                             &binding);
+  if (!dialed)
+    return fail(render(dialed.error()));
+  // Every failure below closes the socket with `fd`.
+  auto fd = std::move(*dialed);
   {
     std::lock_guard<std::mutex> guard{mtx_};
-    if (stopping_) {
-      ::close(*fd);
+    if (stopping_)
       return false;
-    }
   }
-  set_blocking(*fd, left_until(deadline), left_until(deadline));
+  set_blocking(fd.get(), left_until(deadline), left_until(deadline));
   ssl_ptr ssl;
   std::string tls_b;
   if (tls_) {
-    auto x = tls_->handshake(*fd, false);
+    auto x = tls_->handshake(fd.get(), false);
     if (!x) {
-      ::close(*fd);
+      fd.reset();
       return fail(render(x.error()));
     }
     ssl = std::move(*x);
     tls_b = tls_binding(ssl.get());
     if (tls_b.empty()) {
-      ::close(*fd);
+      fd.reset();
       return fail("no TLS exporter value");
     }
-    set_blocking(*fd, left_until(deadline), left_until(deadline));
+    set_blocking(fd.get(), left_until(deadline), left_until(deadline));
   }
   auto mac = data_bind_mac(key, direction, binding, tls_b);
   auto ack = data_ack_mac(key, direction, binding, tls_b, mac);
-  if (!write_bytes(*fd, ssl.get(),
+  if (!write_bytes(fd.get(), ssl.get(),
                    encode_bind(data_bind{direction, cfg_.node, mac}))) {
-    ::close(*fd);
-    return fail(std::string{"cannot send the bind frame: "}
-                + std::strerror(errno));
+    auto why = std::string{"cannot send the bind frame: "}
+      + std::strerror(errno);
+    fd.reset();
+    return fail(why);
   }
   if (direction == data_acceptor_writes) {
     // Registered first: the reader checks the ack, then reads transfers.
-    add_in(peer, *fd, std::move(ssl), {}, std::move(ack));
+    add_in(peer, std::move(fd), std::move(ssl), {}, std::move(ack));
     return true;
   }
   char raw[data_ack_size];
-  auto got = read_exactly(*fd, ssl.get(), raw, data_ack_size)
+  auto got = read_exactly(fd.get(), ssl.get(), raw, data_ack_size)
       == static_cast<long>(data_ack_size)
     ? decode_ack(raw, data_ack_size)
     : std::nullopt;
   if (!got || !same_mac(*got, ack)) {
-    ::close(*fd);
+    fd.reset();
     if (got)
       count(trust_event::auth_refused);
     return fail(got ? "the peer did not prove this control session"
                     : "the peer refused the data connection");
   }
-  add_out(peer, *fd, std::move(ssl));
+  add_out(peer, std::move(fd), std::move(ssl));
   return true;
 }
 
-void data_plane::add_out(std::uint32_t peer, int fd, ssl_ptr ssl) {
-  set_blocking(fd, cfg_.io_timeout, caf::timespan{0});
+void data_plane::add_out(std::uint32_t peer, unique_fd fd, ssl_ptr ssl) {
+  set_blocking(fd.get(), cfg_.io_timeout, caf::timespan{0});
   auto link = std::make_shared<out_link>();
   link->peer = peer;
-  link->fd = fd;
+  link->fd = fd.get();
   link->ssl = std::move(ssl);
   auto tls = link->ssl != nullptr;
   {
     std::lock_guard<std::mutex> guard{mtx_};
-    if (stopping_) {
-      ::close(fd);
-      return;
-    }
+    if (stopping_)
+      return; // closes `fd`
     if (auto i = out_.find(peer); i != out_.end()) {
       std::lock_guard<std::mutex> g2{i->second->mtx};
       i->second->dead = true;
@@ -248,8 +247,10 @@ void data_plane::add_out(std::uint32_t peer, int fd, ssl_ptr ssl) {
     failed_.erase(peer);
     warned_.erase(peer);
     changed_.notify_all();
-    threads_.push_back(plane_thread([this, link] {
-      run_writer(link);
+    // The writer thread owns the socket from here (see accept).
+    auto owner = std::make_shared<unique_fd>(std::move(fd));
+    threads_.push_back(plane_thread([this, link, owner] {
+      run_writer(link, std::move(*owner));
     }));
   }
   ++counters().links_opened;
@@ -258,25 +259,23 @@ void data_plane::add_out(std::uint32_t peer, int fd, ssl_ptr ssl) {
                + " is up (sending" + (tls ? ", TLS)" : ")"));
 }
 
-void data_plane::add_in(std::uint32_t peer, int fd, ssl_ptr ssl,
+void data_plane::add_in(std::uint32_t peer, unique_fd fd, ssl_ptr ssl,
                         std::string ack_out, std::string ack_in) {
   // Reads wait for ever once the ack is through (a quiet peer is fine);
   // until then the setup deadline set by the caller holds.
-  set_blocking(fd, cfg_.io_timeout,
+  set_blocking(fd.get(), cfg_.io_timeout,
                ack_in.empty() ? caf::timespan{0} : cfg_.connect_timeout);
   auto link = std::make_shared<in_link>();
   link->peer = peer;
-  link->fd = fd;
+  link->fd = fd.get();
   link->ssl = std::move(ssl);
   link->ack_out = std::move(ack_out);
   link->ack_in = std::move(ack_in);
   link->budget = std::make_shared<data_budget>(cfg_.max_peer_bytes);
   {
     std::lock_guard<std::mutex> guard{mtx_};
-    if (stopping_) {
-      ::close(fd);
-      return;
-    }
+    if (stopping_)
+      return; // closes `fd`
     link->link_gen = ++next_link_gen_;
     if (auto i = in_.find(peer); i != in_.end()) {
       ::shutdown(i->second->fd, SHUT_RDWR);
@@ -285,8 +284,10 @@ void data_plane::add_in(std::uint32_t peer, int fd, ssl_ptr ssl,
     in_[peer] = link;
     caf::anon_send(inbox_, data_up_atom::value, peer, link->link_gen,
                    link->budget);
-    threads_.push_back(plane_thread([this, link] {
-      run_reader(link);
+    // The reader thread owns the socket from here (see accept).
+    auto owner = std::make_shared<unique_fd>(std::move(fd));
+    threads_.push_back(plane_thread([this, link, owner] {
+      run_reader(link, std::move(*owner));
     }));
   }
   ++counters().links_opened;

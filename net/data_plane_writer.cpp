@@ -5,7 +5,7 @@ namespace dice::net {
 
 using namespace plane_detail;
 
-void data_plane::run_writer(std::shared_ptr<out_link> link) {
+void data_plane::run_writer(std::shared_ptr<out_link> link, unique_fd fd) {
   std::string why = "closed";
   auto send_frame = [&](const std::array<char, data_header_size>& f) {
     iovec iov{const_cast<char*>(f.data()), f.size()};
@@ -14,9 +14,9 @@ void data_plane::run_writer(std::shared_ptr<out_link> link) {
   // Same host? The peer answers "probe ok" on its own connection if it can
   // read this token through /proc.
   if (probe_ && same_host_
-      && !send_frame(encode_probe(
-        data_probe{static_cast<std::uint32_t>(::getpid()),
-                   static_cast<std::uint32_t>(probe_->fd), probe_->token})))
+      && !send_frame(encode_probe(data_probe{
+        static_cast<std::uint32_t>(::getpid()),
+        static_cast<std::uint32_t>(probe_->fd.get()), probe_->token})))
     why = "write failed";
   while (why == "closed") {
     out_link::job job;
@@ -39,8 +39,9 @@ void data_plane::run_writer(std::shared_ptr<out_link> link) {
     auto& bytes = job.item->bytes();
     if (link->same_host && job.tag == 0) {
       if (auto seg = job.item->segment()) {
-        auto frame = encode_ref(data_ref{static_cast<std::uint32_t>(seg->fd),
-                                         job.id, seg->size, seg->tag});
+        auto frame = encode_ref(
+          data_ref{static_cast<std::uint32_t>(seg->fd.get()), job.id, seg->size,
+                   seg->tag});
         {
           std::lock_guard<std::mutex> guard{link->mtx};
           if (link->dead)
@@ -84,8 +85,8 @@ void data_plane::run_writer(std::shared_ptr<out_link> link) {
     link->queue.clear();
     drop_held(link->held); // the peer may still read them
   }
-  ::shutdown(link->fd, SHUT_RDWR);
-  ::close(link->fd);
+  ::shutdown(fd.get(), SHUT_RDWR);
+  fd.reset();
   bool stopping;
   {
     std::lock_guard<std::mutex> guard{mtx_};

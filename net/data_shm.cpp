@@ -70,9 +70,9 @@ std::uint64_t load_tag(const std::uint8_t* base) {
     __ATOMIC_SEQ_CST);
 }
 
-int open_peer_fd(pid_t pid, int fd) {
+unique_fd open_peer_fd(pid_t pid, int fd) {
   auto path = "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(fd);
-  return ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  return unique_fd{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
 }
 
 // The last holder gone: back to the pool if the segment may be rewritten,
@@ -107,18 +107,20 @@ std::unique_ptr<shm_segment> take_pooled(std::size_t n) {
 }
 
 std::unique_ptr<shm_segment> new_segment(std::size_t n) {
-  auto fd = ::memfd_create("dice-snapshot", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-  if (fd < 0)
+  unique_fd fd{
+    ::memfd_create("dice-snapshot", MFD_CLOEXEC | MFD_ALLOW_SEALING)};
+  if (!fd)
     return nullptr;
   auto seg = std::make_unique<shm_segment>();
-  seg->fd = fd;
+  seg->fd = std::move(fd);
   seg->size = n;
   char header[24] = {};
   std::memcpy(header, magic, 8);
   std::memcpy(header + 16, &seg->size, 8);
-  if (::ftruncate(fd, static_cast<off_t>(header_bytes + n)) != 0
-      || !pwrite_all(fd, header, sizeof(header), 0)
-      || ::fcntl(fd, F_ADD_SEALS, segment_seals) != 0)
+  auto raw = seg->fd.get();
+  if (::ftruncate(raw, static_cast<off_t>(header_bytes + n)) != 0
+      || !pwrite_all(raw, header, sizeof(header), 0)
+      || ::fcntl(raw, F_ADD_SEALS, segment_seals) != 0)
     return nullptr;
   return seg;
 }
@@ -128,8 +130,7 @@ std::unique_ptr<shm_segment> new_segment(std::size_t n) {
 shm_segment::~shm_segment() {
   if (view != nullptr)
     ::munmap(view, header_bytes + size);
-  if (fd >= 0)
-    ::close(fd);
+  // `fd` closes after this body, i.e. after the view is gone.
 }
 
 std::shared_ptr<shm_segment> make_segment(const std::uint8_t* data,
@@ -141,7 +142,7 @@ std::shared_ptr<shm_segment> make_segment(const std::uint8_t* data,
     // memcpy here).
     if (seg->view == nullptr) {
       auto addr = ::mmap(nullptr, header_bytes + n, PROT_READ | PROT_WRITE,
-                         MAP_SHARED | MAP_POPULATE, seg->fd, 0);
+                         MAP_SHARED | MAP_POPULATE, seg->fd.get(), 0);
       if (addr == MAP_FAILED)
         return nullptr;
       seg->view = static_cast<std::uint8_t*>(addr);
@@ -167,8 +168,8 @@ std::shared_ptr<shm_segment> make_segment(const std::uint8_t* data,
   // A fresh segment: write() allocates its pages whole, without the page
   // faults a first write through a mapping would take.
   tag = next_tag(0);
-  if (!pwrite_all(seg->fd, data, n, header_bytes)
-      || !pwrite_all(seg->fd, &tag, 8, tag_offset))
+  if (!pwrite_all(seg->fd.get(), data, n, header_bytes)
+      || !pwrite_all(seg->fd.get(), &tag, 8, tag_offset))
     return nullptr;
   seg->tag = tag;
   ++segments;
@@ -182,34 +183,33 @@ shm_views::~shm_views() {
 
 caf::expected<const std::uint8_t*> shm_views::find(pid_t pid, int fd,
                                                    std::uint64_t size) {
+  // Closed on every return: a view keeps the memfd alive by itself.
   auto in = open_peer_fd(pid, fd);
-  if (in < 0)
+  if (!in)
     return make_error(errc::storage_missing,
                       std::string{"cannot open the peer's segment: "}
                         + std::strerror(errno));
-  auto fail = [&](const char* why) -> caf::expected<const std::uint8_t*> {
-    ::close(in);
+  auto fail = [](const char* why) -> caf::expected<const std::uint8_t*> {
     return make_error(errc::malformed_input, why);
   };
   struct stat st;
-  if (::fstat(in, &st) != 0)
+  if (::fstat(in.get(), &st) != 0)
     return fail("cannot stat the peer's segment");
   auto len = header_bytes + static_cast<std::size_t>(size);
   for (auto& v : views_)
-    if (v.dev == st.st_dev && v.ino == st.st_ino && v.len == len) {
-      ::close(in); // the same file as before: its view is still right
-      return v.addr;
-    }
+    if (v.dev == st.st_dev && v.ino == st.st_ino && v.len == len)
+      return v.addr; // the same file as before: its view is still right
   // Sealed against resizing: the view never reaches past the end of the
   // file (no SIGBUS), whatever the peer does later.
-  if ((::fcntl(in, F_GET_SEALS) & segment_seals) != segment_seals)
+  if ((::fcntl(in.get(), F_GET_SEALS) & segment_seals) != segment_seals)
     return fail("the peer's segment is not sealed");
   if (static_cast<std::uint64_t>(st.st_size) != len)
     return fail("the peer's segment has a wrong size or header");
-  auto addr = ::mmap(nullptr, len, PROT_READ, MAP_SHARED | MAP_POPULATE, in, 0);
+  auto addr = ::mmap(nullptr, len, PROT_READ, MAP_SHARED | MAP_POPULATE,
+                     in.get(), 0);
   if (addr == MAP_FAILED)
     return fail("cannot map the peer's segment");
-  ::close(in); // the view keeps the memfd alive
+  in.reset(); // the view keeps the memfd alive
   if (views_.size() > max_pooled_segments) {
     ::munmap(const_cast<std::uint8_t*>(views_.front().addr),
              views_.front().len);
@@ -266,33 +266,26 @@ void drain_segment_pool() {
   idle.swap(pool);
 }
 
-shm_probe::~shm_probe() {
-  if (fd >= 0)
-    ::close(fd);
-}
-
 std::unique_ptr<shm_probe> make_probe() {
-  auto fd = ::memfd_create("dice-probe", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-  if (fd < 0)
+  unique_fd fd{::memfd_create("dice-probe", MFD_CLOEXEC | MFD_ALLOW_SEALING)};
+  if (!fd)
     return nullptr;
   auto p = std::make_unique<shm_probe>();
-  p->fd = fd;
+  p->fd = std::move(fd);
   p->token = random_nonce(16);
-  if (!pwrite_all(fd, p->token.data(), p->token.size(), 0)
-      || ::fcntl(fd, F_ADD_SEALS, probe_seals) != 0)
+  if (!pwrite_all(p->fd.get(), p->token.data(), p->token.size(), 0)
+      || ::fcntl(p->fd.get(), F_ADD_SEALS, probe_seals) != 0)
     return nullptr;
   return p;
 }
 
 bool check_probe(pid_t pid, int fd, const std::string& token) {
   auto in = open_peer_fd(pid, fd);
-  if (in < 0)
+  if (!in)
     return false;
   std::string got(token.size(), '\0');
-  auto ok = pread_all(in, got.data(), got.size(), 0)
-    && ::fcntl(in, F_GET_SEALS) == probe_seals && same_mac(got, token);
-  ::close(in);
-  return ok;
+  return pread_all(in.get(), got.data(), got.size(), 0)
+    && ::fcntl(in.get(), F_GET_SEALS) == probe_seals && same_mac(got, token);
 }
 
 std::uint64_t open_segments() noexcept {

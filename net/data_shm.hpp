@@ -7,6 +7,7 @@
 // frees it with the last fd.
 
 #include "dice/messages/shared_bytes.hpp"
+#include "dice/process/unique_fd.hpp"
 
 #include "caf/expected.hpp"
 
@@ -32,7 +33,7 @@ namespace dice::net {
 /// raced a rewrite drops the transfer instead of delivering torn bytes.
 struct shm_segment {
   /// The memfd (closed with the segment, or kept in the pool).
-  int fd = -1;
+  unique_fd fd;
   /// Random tag of the bytes written now (never 0), checked by the reader
   /// (fd numbers and segments are reused).
   std::uint64_t tag = 0;
@@ -92,10 +93,9 @@ void drain_segment_pool();
 /// /proc/PID/fd/N shares this host (and pid namespace, and user).
 struct shm_probe {
   /// The memfd.
-  int fd = -1;
+  unique_fd fd;
   /// 16 random bytes it holds.
   std::string token;
-  ~shm_probe();
 };
 
 /// Creates a probe; null if memfds are unavailable.

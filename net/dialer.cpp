@@ -20,22 +20,23 @@ namespace dice::net {
 
 using clock_type = deadline_clock;
 
-caf::expected<int> dial_channel(const std::string& secret,
-                                const std::string& host, std::uint16_t port,
-                                channel ch, deadline_clock::time_point deadline,
-                                std::string* binding) {
+caf::expected<unique_fd> dial_channel(const std::string& secret,
+                                      const std::string& host,
+                                      std::uint16_t port, channel ch,
+                                      deadline_clock::time_point deadline,
+                                      std::string* binding) {
   auto fd = connect_tcp(host, port, deadline);
   if (!fd)
     return fd.error();
   preamble_dialer hs{secret, random_nonce(preamble_nonce_size), ch};
-  auto fail = [&](caf::error err) -> caf::expected<int> {
-    ::close(*fd);
+  // The socket closes with `fd` on every failure.
+  auto fail = [](caf::error err) -> caf::expected<unique_fd> {
     return err;
   };
   while (hs.state() == preamble_state::running) {
-    if (auto err = send_all(*fd, hs.take_output(), deadline))
+    if (auto err = send_all(fd->get(), hs.take_output(), deadline))
       return fail(std::move(err));
-    auto bytes = recv_exactly(*fd, hs.want(), deadline);
+    auto bytes = recv_exactly(fd->get(), hs.want(), deadline);
     // Closed or silent in the middle of the preamble: another dice
     // version, not dice, or a peer that cut us off (time limit, cap).
     if (!bytes)
@@ -51,11 +52,11 @@ caf::expected<int> dial_channel(const std::string& secret,
       count(trust_event::auth_refused);
     return fail(dialer_failure(why));
   }
-  if (auto err = send_all(*fd, hs.take_output(), deadline))
+  if (auto err = send_all(fd->get(), hs.take_output(), deadline))
     return fail(std::move(err));
   if (binding != nullptr)
     *binding = hs.binding();
-  return *fd;
+  return std::move(*fd);
 }
 
 namespace {
@@ -80,7 +81,7 @@ void dial_worker(caf::blocking_actor* self, dialer_config cfg,
     auto fd = dial_channel(cfg.secret, host, port, channel::control, deadline);
     if (!fd)
       return report(fd.error());
-    auto scribe = make_scribe(self->system(), *fd, cfg.tls, false);
+    auto scribe = make_scribe(self->system(), std::move(*fd), cfg.tls, false);
     if (!scribe)
       return report(scribe.error());
     auto left = std::chrono::duration_cast<caf::timespan>(deadline

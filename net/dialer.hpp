@@ -31,10 +31,11 @@ struct dialer_config {
 /// first byte. Failures of the secret are counted
 /// (`trust_event::auth_refused`). `binding`, if given, receives the
 /// preamble's nonces (preamble_dialer::binding).
-caf::expected<int> dial_channel(const std::string& secret,
-                                const std::string& host, std::uint16_t port,
-                                channel ch, deadline_clock::time_point deadline,
-                                std::string* binding = nullptr);
+caf::expected<unique_fd> dial_channel(const std::string& secret,
+                                      const std::string& host,
+                                      std::uint16_t port, channel ch,
+                                      deadline_clock::time_point deadline,
+                                      std::string* binding = nullptr);
 
 /// Spawns a node's dialer: it answers `(connect_atom, host, port)` like
 /// CAF's middleman actor does, with `(node_id, strong_actor_ptr,

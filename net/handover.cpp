@@ -126,24 +126,23 @@ caf::actor basp_broker_of(caf::actor_system& sys) {
   return sys.middleman().named_broker<io::basp_broker>(caf::atom("BASP"));
 }
 
-caf::expected<io::scribe_ptr> make_scribe(caf::actor_system& sys, int fd,
+caf::expected<io::scribe_ptr> make_scribe(caf::actor_system& sys, unique_fd fd,
                                           bool tls, bool accepting) {
   auto& backend = sys.middleman().backend();
+  // The hand-over: from new_scribe (or the TLS scribe's stream) on, CAF's
+  // multiplexer owns the socket and closes it with the scribe.
   if (!tls)
-    return backend.new_scribe(fd);
+    return backend.new_scribe(fd.release());
   auto mpx = dynamic_cast<network::default_multiplexer*>(&backend);
-  if (mpx == nullptr) {
-    ::close(fd);
+  if (mpx == nullptr)
     return make_error(errc::invalid_config,
                       "TLS needs CAF's default network backend");
-  }
-  auto session = caf::openssl::make_session(sys, fd, accepting);
-  if (!session) {
-    ::close(fd);
+  // The session only uses the fd; it does not own it.
+  auto session = caf::openssl::make_session(sys, fd.get(), accepting);
+  if (!session)
     return make_error(errc::handshake_failed,
                       "cannot start a TLS session on the connection");
-  }
-  return caf::make_counted<tls_scribe>(*mpx, fd, std::move(session));
+  return caf::make_counted<tls_scribe>(*mpx, fd.release(), std::move(session));
 }
 
 void serve_basp(const caf::actor& basp, io::scribe_ptr scribe,

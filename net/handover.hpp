@@ -16,6 +16,8 @@
 //   the registry of names a remote node can address, and a scribe does not
 //   serialize).
 
+#include "dice/process/unique_fd.hpp"
+
 #include "caf/actor.hpp"
 #include "caf/actor_system.hpp"
 #include "caf/expected.hpp"
@@ -30,12 +32,12 @@ namespace dice::net {
 /// The middleman's BASP broker (created with the middleman).
 caf::actor basp_broker_of(caf::actor_system& sys);
 
-/// Wraps `fd` as a scribe of `sys`'s middleman, taking ownership of it:
-/// plain TCP, or TLS through CAF's openssl session (`accepting`: the
-/// server side of the TLS handshake). The TLS handshake runs in the
-/// multiplexer once the broker reads.
-caf::expected<caf::io::scribe_ptr> make_scribe(caf::actor_system& sys, int fd,
-                                               bool tls, bool accepting);
+/// Wraps `fd` as a scribe of `sys`'s middleman, which owns it from then
+/// on (closed here if that fails): plain TCP, or TLS through CAF's openssl
+/// session (`accepting`: the server side of the TLS handshake). The TLS
+/// handshake runs in the multiplexer once the broker reads.
+caf::expected<caf::io::scribe_ptr>
+make_scribe(caf::actor_system& sys, unique_fd fd, bool tls, bool accepting);
 
 /// Gives an accepted connection to BASP as a connection to `whom`,
 /// published on `port` with interface `sigs`.

@@ -36,7 +36,7 @@ void note_refusal(std::uint32_t node, trust_event ev, const std::string& what) {
 
 /// A connection in the preamble.
 struct listener::pending_conn {
-  int fd = -1;
+  unique_fd fd;
   std::string peer;
   clock_type::time_point deadline;
   preamble_acceptor hs;
@@ -46,8 +46,9 @@ struct listener::pending_conn {
 namespace {
 
 // `fd` if it is a listening stream socket, made non-blocking and closed on
-// exec (the node's own children must not inherit it).
-caf::expected<int> adopt_listening(int fd) {
+// exec (the node's own children must not inherit it); owned from then on.
+// Refused, it stays the caller's.
+caf::expected<unique_fd> adopt_listening(int fd) {
   int accepting = 0;
   int type = 0;
   socklen_t len = sizeof(int);
@@ -64,7 +65,7 @@ caf::expected<int> adopt_listening(int fd) {
     return make_error(errc::invalid_config,
                       "cannot set up fd " + std::to_string(fd) + ": "
                         + std::strerror(errno));
-  return fd;
+  return unique_fd{fd};
 }
 
 } // namespace
@@ -75,29 +76,29 @@ caf::expected<std::unique_ptr<listener>> listener::open(listener_config cfg,
                         : listen_tcp(cfg.host, cfg.port);
   if (!fd)
     return fd.error();
+  auto local = local_endpoint(fd->get());
   std::unique_ptr<listener> result{
-    new listener(std::move(cfg), std::move(fn), *fd)};
-  if (::pipe2(result->wake_, O_CLOEXEC | O_NONBLOCK) != 0)
+    new listener(std::move(cfg), std::move(fn), std::move(*fd))};
+  int wake[2];
+  if (::pipe2(wake, O_CLOEXEC | O_NONBLOCK) != 0)
     return make_error(errc::unreachable,
                       "cannot create a pipe: "
                         + std::string{std::strerror(errno)});
-  auto local = local_endpoint(*fd);
+  result->wake_read_.reset(wake[0]);
+  result->wake_write_.reset(wake[1]);
   result->port_ = local.port;
   result->loopback_ = local.loopback;
   result->address_ = local.address;
   return result;
 }
 
-listener::listener(listener_config cfg, handover_fn fn, int fd)
-  : cfg_(std::move(cfg)), fn_(std::move(fn)), fd_(fd) {
+listener::listener(listener_config cfg, handover_fn fn, unique_fd fd)
+  : cfg_(std::move(cfg)), fn_(std::move(fn)), fd_(std::move(fd)) {
   // nop
 }
 
 listener::~listener() {
-  stop();
-  for (auto fd : {fd_, wake_[0], wake_[1]})
-    if (fd >= 0)
-      ::close(fd);
+  stop(); // the sockets close with their members, once the thread is gone
 }
 
 void listener::start() {
@@ -110,9 +111,9 @@ void listener::start() {
 void listener::stop() {
   std::lock_guard<std::mutex> guard{stop_mtx_};
   stop_ = true;
-  if (wake_[1] >= 0) {
+  if (wake_write_) {
     char c = 0;
-    [[maybe_unused]] auto n = ::write(wake_[1], &c, 1);
+    [[maybe_unused]] auto n = ::write(wake_write_.get(), &c, 1);
   }
   if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id())
     thread_.join();
@@ -120,12 +121,12 @@ void listener::stop() {
 
 bool listener::advance(pending_conn& c) {
   if (!c.out.empty()) {
-    if (!send_some(c.fd, c.out))
+    if (!send_some(c.fd.get(), c.out))
       return false;
   } else {
     char buf[128];
     auto want = std::min(c.hs.want(), sizeof(buf));
-    auto n = ::recv(c.fd, buf, want, 0);
+    auto n = ::recv(c.fd.get(), buf, want, 0);
     if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
       log::debug(cfg_.node, "connection from {} closed during the preamble",
                  c.peer);
@@ -135,7 +136,7 @@ bool listener::advance(pending_conn& c) {
       return true;
     c.hs.feed(buf, static_cast<std::size_t>(n));
     c.out += c.hs.take_output();
-    if (!c.out.empty() && !send_some(c.fd, c.out))
+    if (!c.out.empty() && !send_some(c.fd.get(), c.out))
       return false;
   }
   auto st = c.hs.state();
@@ -151,10 +152,8 @@ bool listener::advance(pending_conn& c) {
     return false;
   }
   if (st == preamble_state::done && c.out.empty()) {
-    auto fd = c.fd;
-    c.fd = -1;
     log::debug(cfg_.node, "connection from {} passed the preamble", c.peer);
-    fn_(fd, c.hs.chosen(), c.peer, c.hs.binding());
+    fn_(std::move(c.fd), c.hs.chosen(), c.peer, c.hs.binding());
     return false;
   }
   return true;
@@ -162,8 +161,8 @@ bool listener::advance(pending_conn& c) {
 
 void listener::run() {
   std::deque<pending_conn> conns; // oldest first
+  // Erasing a connection closes its socket (unless it was handed over).
   auto close_conn = [&](std::size_t i) {
-    ::close(conns[i].fd);
     conns.erase(conns.begin() + static_cast<std::ptrdiff_t>(i));
   };
   auto timeout = std::chrono::duration_cast<clock_type::duration>(
@@ -175,12 +174,13 @@ void listener::run() {
   while (!stop_) {
     pending_ = conns.size();
     fds.clear();
-    fds.push_back(pollfd{wake_[0], POLLIN, 0});
+    fds.push_back(pollfd{wake_read_.get(), POLLIN, 0});
     auto paused = clock_type::now() < accept_paused_until;
-    fds.push_back(pollfd{fd_, static_cast<short>(paused ? 0 : POLLIN), 0});
+    fds.push_back(
+      pollfd{fd_.get(), static_cast<short>(paused ? 0 : POLLIN), 0});
     for (auto& c : conns)
-      fds.push_back(
-        pollfd{c.fd, static_cast<short>(c.out.empty() ? POLLIN : POLLOUT), 0});
+      fds.push_back(pollfd{
+        c.fd.get(), static_cast<short>(c.out.empty() ? POLLIN : POLLOUT), 0});
     int wait_ms = -1;
     if (!conns.empty()) {
       auto first = std::min_element(conns.begin(), conns.end(),
@@ -206,7 +206,7 @@ void listener::run() {
       break;
     if (fds[0].revents != 0) {
       char buf[64];
-      while (::read(wake_[0], buf, sizeof(buf)) > 0)
+      while (::read(wake_read_.get(), buf, sizeof(buf)) > 0)
         ; // drain
     }
     // Work on the connections polled above (accepted ones come after).
@@ -223,15 +223,12 @@ void listener::run() {
         gone.push_back(i);
       }
     }
-    for (auto i = gone.rbegin(); i != gone.rend(); ++i) {
-      if (conns[*i].fd >= 0)
-        ::close(conns[*i].fd);
-      conns.erase(conns.begin() + static_cast<std::ptrdiff_t>(*i));
-    }
+    for (auto i = gone.rbegin(); i != gone.rend(); ++i)
+      close_conn(*i);
     if (fds[1].revents == 0)
       continue;
     for (;;) {
-      auto x = accept_nonblocking(fd_);
+      auto x = accept_nonblocking(fd_.get());
       if (!x) {
         if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS
             || errno == ENOMEM) {
@@ -251,7 +248,7 @@ void listener::run() {
         close_conn(0);
       }
       conns.push_back(pending_conn{
-        x->fd,
+        std::move(x->fd),
         std::move(x->peer),
         clock_type::now() + timeout,
         preamble_acceptor{cfg_.secret, random_nonce(preamble_nonce_size)},
@@ -262,9 +259,7 @@ void listener::run() {
         close_conn(conns.size() - 1);
     }
   }
-  for (auto& c : conns)
-    if (c.fd >= 0)
-      ::close(c.fd);
+  conns.clear(); // closes the connections still in the preamble
   pending_ = 0;
 }
 

@@ -1,5 +1,6 @@
 #pragma once
 
+#include "dice/process/unique_fd.hpp"
 #include "net/preamble.hpp"
 
 #include "caf/expected.hpp"
@@ -38,11 +39,12 @@ struct listener_config {
   int fd = -1;
 };
 
-/// Receives a socket that finished the preamble: the listener no longer
-/// owns `fd`. `peer` is the remote address, for logs; `binding` the
+/// Receives a socket that finished the preamble, and with `fd` its
+/// ownership. `peer` is the remote address, for logs; `binding` the
 /// preamble's nonces (preamble_acceptor::binding).
-using handover_fn = std::function<void(
-  int fd, channel ch, const std::string& peer, const std::string& binding)>;
+using handover_fn = std::function<void(unique_fd fd, channel ch,
+                                       const std::string& peer,
+                                       const std::string& binding)>;
 
 /// A node's listening socket and the thread that runs the preamble on every
 /// accepted connection (poll, non-blocking, no blocking call but the hand-
@@ -90,7 +92,7 @@ class listener {
  private:
   struct pending_conn;
 
-  listener(listener_config cfg, handover_fn fn, int fd);
+  listener(listener_config cfg, handover_fn fn, unique_fd fd);
 
   void run();
 
@@ -101,8 +103,10 @@ class listener {
 
   listener_config cfg_;
   handover_fn fn_;
-  int fd_ = -1;
-  int wake_[2] = {-1, -1};
+  unique_fd fd_;
+  // A pipe that wakes the thread's poll on stop.
+  unique_fd wake_read_;
+  unique_fd wake_write_;
   std::uint16_t port_ = 0;
   bool loopback_ = false;
   std::string address_;

@@ -95,26 +95,24 @@ bool wait_for(int fd, short events, deadline_clock::time_point deadline) {
 
 } // namespace
 
-caf::expected<int> listen_tcp(const std::string& host, std::uint16_t port) {
+caf::expected<unique_fd> listen_tcp(const std::string& host,
+                                    std::uint16_t port) {
   auto where = (host.empty() ? std::string{"*"} : host) + ":"
     + std::to_string(port);
-  auto bind_listen = [&](int family, const sockaddr* addr,
-                         socklen_t len) -> int {
-    int fd = ::socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-      return -1;
+  // None (errno set) on failure; unique_fd keeps errno when it closes.
+  auto bind_listen = [&](int family, const sockaddr* addr, socklen_t len) {
+    unique_fd fd{
+      ::socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0)};
+    if (!fd)
+      return fd;
     int one = 1;
-    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
     if (family == AF_INET6 && host.empty()) {
       int zero = 0; // dual stack: IPv4 too
-      ::setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
+      ::setsockopt(fd.get(), IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
     }
-    if (::bind(fd, addr, len) != 0 || ::listen(fd, SOMAXCONN) != 0) {
-      auto saved = errno;
-      ::close(fd);
-      errno = saved;
-      return -1;
-    }
+    if (::bind(fd.get(), addr, len) != 0 || ::listen(fd.get(), SOMAXCONN) != 0)
+      fd.reset();
     return fd;
   };
   if (host.empty()) {
@@ -124,14 +122,14 @@ caf::expected<int> listen_tcp(const std::string& host, std::uint16_t port) {
     a6.sin6_port = htons(port);
     auto fd = bind_listen(AF_INET6, reinterpret_cast<sockaddr*>(&a6),
                           sizeof(a6));
-    if (fd >= 0)
+    if (fd)
       return fd;
     sockaddr_in a4{};
     a4.sin_family = AF_INET;
     a4.sin_addr.s_addr = htonl(INADDR_ANY);
     a4.sin_port = htons(port);
     fd = bind_listen(AF_INET, reinterpret_cast<sockaddr*>(&a4), sizeof(a4));
-    if (fd >= 0)
+    if (fd)
       return fd;
     return make_error(errc::unreachable,
                       "cannot listen on " + where + ": " + errno_text());
@@ -142,7 +140,7 @@ caf::expected<int> listen_tcp(const std::string& host, std::uint16_t port) {
   std::string why = "no address";
   for (auto* ai = res->get(); ai != nullptr; ai = ai->ai_next) {
     auto fd = bind_listen(ai->ai_family, ai->ai_addr, ai->ai_addrlen);
-    if (fd >= 0)
+    if (fd)
       return fd;
     why = errno_text();
   }
@@ -162,13 +160,13 @@ local_address local_endpoint(int fd) {
 std::optional<accepted> accept_nonblocking(int listen_fd) {
   sockaddr_storage ss{};
   socklen_t len = sizeof(ss);
-  int fd = ::accept4(listen_fd, reinterpret_cast<sockaddr*>(&ss), &len,
-                     SOCK_NONBLOCK | SOCK_CLOEXEC);
-  if (fd < 0)
+  unique_fd fd{::accept4(listen_fd, reinterpret_cast<sockaddr*>(&ss), &len,
+                         SOCK_NONBLOCK | SOCK_CLOEXEC)};
+  if (!fd)
     return std::nullopt;
   int one = 1;
-  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  return accepted{fd, render(ss, nullptr, nullptr)};
+  ::setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  return accepted{std::move(fd), render(ss, nullptr, nullptr)};
 }
 
 bool send_some(int fd, std::string& buf) {
@@ -185,40 +183,38 @@ bool send_some(int fd, std::string& buf) {
   return true;
 }
 
-caf::expected<int> connect_tcp(const std::string& host, std::uint16_t port,
-                               deadline_clock::time_point deadline) {
+caf::expected<unique_fd> connect_tcp(const std::string& host,
+                                     std::uint16_t port,
+                                     deadline_clock::time_point deadline) {
   auto where = host + ":" + std::to_string(port);
   auto res = resolve(host, port, false);
   if (!res)
     return res.error();
   std::string why = "no address";
   for (auto* ai = res->get(); ai != nullptr; ai = ai->ai_next) {
-    int fd = ::socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC,
-                      0);
-    if (fd < 0) {
+    unique_fd fd{
+      ::socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0)};
+    if (!fd) {
       why = errno_text();
       continue;
     }
-    auto rc = ::connect(fd, ai->ai_addr, ai->ai_addrlen);
+    auto rc = ::connect(fd.get(), ai->ai_addr, ai->ai_addrlen);
     if (rc != 0 && errno == EINPROGRESS) {
-      if (!wait_for(fd, POLLOUT, deadline)) {
-        ::close(fd);
+      if (!wait_for(fd.get(), POLLOUT, deadline))
         return make_error(errc::timeout,
                           "connecting to " + where + " timed out");
-      }
       int err = 0;
       socklen_t len = sizeof(err);
-      ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+      ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
       rc = err == 0 ? 0 : -1;
       errno = err;
     }
     if (rc == 0) {
       int one = 1;
-      ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+      ::setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
       return fd;
     }
     why = errno_text();
-    ::close(fd);
   }
   return make_error(errc::unreachable,
                     "cannot connect to " + where + ": " + why);

@@ -4,6 +4,8 @@
 // byte transfer with deadlines. Sockets are non-blocking and close-on-exec;
 // every wait is bounded.
 
+#include "dice/process/unique_fd.hpp"
+
 #include "caf/expected.hpp"
 
 #include <chrono>
@@ -25,7 +27,8 @@ struct local_address {
 
 /// Binds and listens on `host`:`port` ("" = every interface, IPv6 and
 /// IPv4 where the system allows; port 0 = any free port), SO_REUSEADDR set.
-caf::expected<int> listen_tcp(const std::string& host, std::uint16_t port);
+caf::expected<unique_fd> listen_tcp(const std::string& host,
+                                    std::uint16_t port);
 
 /// Where `fd` is bound.
 local_address local_endpoint(int fd);
@@ -33,7 +36,7 @@ local_address local_endpoint(int fd);
 /// An accepted connection.
 struct accepted {
   /// Its socket (non-blocking, close-on-exec).
-  int fd = -1;
+  unique_fd fd;
   /// The remote address, "host:port".
   std::string peer;
 };
@@ -51,8 +54,9 @@ using deadline_clock = std::chrono::steady_clock;
 
 /// Connects to `host`:`port` before `deadline` (every resolved address in
 /// turn); a non-blocking socket.
-caf::expected<int> connect_tcp(const std::string& host, std::uint16_t port,
-                               deadline_clock::time_point deadline);
+caf::expected<unique_fd> connect_tcp(const std::string& host,
+                                     std::uint16_t port,
+                                     deadline_clock::time_point deadline);
 
 /// Sends all of `bytes` before `deadline`.
 caf::error send_all(int fd, const std::string& bytes,

@@ -1,5 +1,7 @@
 #include "dice/process/fork_server.hpp"
 
+#include "process/pipe.hpp"
+
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/prctl.h>
@@ -28,6 +30,7 @@ struct request {
   int death_signal = 0;
   std::vector<std::string> env;
   std::vector<std::string> argv;
+  // What the launcher sends: its fds, still its own (sendmsg copies them).
   std::vector<int> fds;
 };
 
@@ -55,8 +58,9 @@ bool send_request(int sock, const request& req) {
     == static_cast<ssize_t>(body.size());
 }
 
-// False when the launcher is gone (or sent garbage: the server stops).
-bool receive_request(int sock, request& req) {
+// False when the launcher is gone (or sent garbage: the server stops). The
+// fds that came with it are the server's copies, owned in `fds`.
+bool receive_request(int sock, request& req, std::vector<unique_fd>& fds) {
   std::vector<char> body(max_request);
   iovec iov{body.data(), body.size()};
   char cbuf[CMSG_SPACE(3 * sizeof(int))] = {};
@@ -74,8 +78,10 @@ bool receive_request(int sock, request& req) {
   for (auto* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c))
     if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
       auto k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-      req.fds.resize(k);
-      std::memcpy(req.fds.data(), CMSG_DATA(c), k * sizeof(int));
+      std::vector<int> raw(k);
+      std::memcpy(raw.data(), CMSG_DATA(c), k * sizeof(int));
+      for (auto fd : raw)
+        fds.emplace_back(fd);
     }
   std::vector<std::string> parts;
   std::size_t start = 0;
@@ -84,7 +90,7 @@ bool receive_request(int sock, request& req) {
       parts.emplace_back(body.data() + start, i - start);
       start = i + 1;
     }
-  if (parts.size() < 3 || req.fds.size() < 2 || req.fds.size() > 3)
+  if (parts.size() < 3 || fds.size() < 2 || fds.size() > 3)
     return false;
   req.death_signal = std::atoi(parts[0].c_str());
   auto n_env = static_cast<std::size_t>(std::atol(parts[1].c_str()));
@@ -97,30 +103,36 @@ bool receive_request(int sock, request& req) {
 
 // In the forked node: waits until the launcher is its parent (the middle
 // process is gone), sets the death signal, and takes over the fds.
-void become_node(const request& req, pid_t middle, pid_t launcher) {
+void become_node(const request& req, std::vector<unique_fd>& fds, pid_t middle,
+                 pid_t launcher) {
   // The middle process exits right after the fork: once its pidfd reports
   // that, the kernel has already handed us to the subreaper.
-  int pfd = static_cast<int>(::syscall(SYS_pidfd_open, middle, 0));
-  if (pfd >= 0) {
-    pollfd p{pfd, POLLIN, 0};
+  unique_fd pfd{static_cast<int>(::syscall(SYS_pidfd_open, middle, 0))};
+  if (pfd) {
+    pollfd p{pfd.get(), POLLIN, 0};
     while (::poll(&p, 1, 10000) < 0 && errno == EINTR) {
     }
-    ::close(pfd);
+    pfd.reset();
   }
   if (req.death_signal != 0)
     ::prctl(PR_SET_PDEATHSIG, req.death_signal);
   if (::getppid() != launcher)
     _exit(127); // the launcher is gone, or is not our subreaper
-  ::dup2(req.fds[0], STDOUT_FILENO);
-  ::dup2(req.fds[1], STDERR_FILENO);
+  ::dup2(fds[0].get(), STDOUT_FILENO);
+  ::dup2(fds[1].get(), STDERR_FILENO);
   // fd 3 was the server's socket: the passed fd replaces it, or it goes.
-  if (req.fds.size() == 3)
-    ::dup2(req.fds[2], 3);
+  // Closed by number: the server never owned it as a unique_fd (it lives
+  // as long as the server), and the node must not inherit it.
+  if (fds.size() == 3)
+    ::dup2(fds[2].get(), 3);
   else
     ::close(3);
-  for (auto fd : req.fds)
-    if (fd > 3)
-      ::close(fd);
+  // The received copies go; one that already is fd 0-3 is the node's now.
+  for (auto& fd : fds)
+    if (fd.get() > 3)
+      fd.reset();
+    else
+      (void)fd.release();
   for (auto& e : req.env) {
     auto eq = e.find('=');
     if (eq != std::string::npos)
@@ -142,20 +154,21 @@ void serve_forks_if_asked(int& argc, char**& argv) {
     _exit(1);
   for (;;) {
     request req;
-    if (!receive_request(sock, req))
+    std::vector<unique_fd> fds;
+    if (!receive_request(sock, req, fds))
       _exit(0);
-    int report[2];
+    owned_pipe report;
     std::int32_t answer = 0;
-    if (::pipe2(report, O_CLOEXEC) != 0) {
+    if (!open_pipe(report)) {
       answer = -errno;
     } else if (auto middle = ::fork(); middle == 0) {
       auto self = ::getpid();
       auto node = ::fork();
       if (node == 0) {
-        ::close(report[0]);
-        ::close(report[1]);
+        report.read.reset();
+        report.write.reset();
         ::setpgid(0, 0);
-        become_node(req, self, launcher);
+        become_node(req, fds, self, launcher);
         static std::vector<std::string> args;
         static std::vector<char*> ptrs;
         args = req.argv;
@@ -171,21 +184,22 @@ void serve_forks_if_asked(int& argc, char**& argv) {
       if (node > 0)
         ::setpgid(node, node);
       std::int32_t x = node > 0 ? node : -errno;
-      [[maybe_unused]] auto w = ::write(report[1], &x, sizeof(x));
+      [[maybe_unused]] auto w = ::write(report.write.get(), &x, sizeof(x));
       _exit(0);
     } else if (middle < 0) {
       answer = -errno;
-      ::close(report[0]);
-      ::close(report[1]);
+      report.read.reset();
+      report.write.reset();
     } else {
-      ::close(report[1]);
-      if (::read(report[0], &answer, sizeof(answer)) != sizeof(answer))
+      report.write.reset();
+      if (::read(report.read.get(), &answer, sizeof(answer)) != sizeof(answer))
         answer = -ECHILD;
-      ::close(report[0]);
+      report.read.reset();
       ::waitpid(middle, nullptr, 0);
     }
-    for (auto fd : req.fds)
-      ::close(fd);
+    // The node has its copies: the server's go before the launcher learns
+    // the answer.
+    fds.clear();
     if (::send(sock, &answer, sizeof(answer), MSG_NOSIGNAL) != sizeof(answer))
       _exit(0);
   }
@@ -194,9 +208,11 @@ void serve_forks_if_asked(int& argc, char**& argv) {
 std::optional<fork_client>
 fork_client::start(const std::string& program,
                    std::chrono::milliseconds timeout) {
-  int sv[2];
-  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0)
+  int sv_raw[2];
+  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv_raw) != 0)
     return std::nullopt;
+  unique_fd ours{sv_raw[0]};
+  unique_fd theirs{sv_raw[1]};
   ::prctl(PR_SET_CHILD_SUBREAPER, 1);
   spawn_options opts;
   opts.argv = {program};
@@ -204,23 +220,23 @@ fork_client::start(const std::string& program,
   opts.output = capture::none;
   opts.death_signal = SIGTERM;
   opts.new_process_group = true;
-  opts.pass_fd = sv[1];
+  opts.pass_fd = theirs.get();
   auto c = spawn(opts);
-  ::close(sv[1]);
+  theirs.reset();
   fork_client result;
-  result.fd_ = sv[0];
+  result.fd_ = std::move(ours);
   result.pid_ = c.pid;
   if (c.pid < 0) {
     result.stop();
     return std::nullopt;
   }
-  pollfd p{sv[0], POLLIN, 0};
+  pollfd p{result.fd_.get(), POLLIN, 0};
   char ready = 0;
   int r;
   while ((r = ::poll(&p, 1, static_cast<int>(timeout.count()))) < 0
          && errno == EINTR) {
   }
-  if (r != 1 || ::recv(sv[0], &ready, 1, 0) != 1 || ready != 'R') {
+  if (r != 1 || ::recv(result.fd_.get(), &ready, 1, 0) != 1 || ready != 'R') {
     ::kill(c.pid, SIGKILL);
     result.stop();
     return std::nullopt;
@@ -230,51 +246,45 @@ fork_client::start(const std::string& program,
 
 child fork_client::fork(const spawn_options& opts) {
   child result;
-  int out[2] = {-1, -1};
-  int err[2] = {-1, -1};
+  // The pipe ends still owned here close on return: all of them on
+  // failure, the write ends on success (the node has its copies).
+  owned_pipe out;
+  owned_pipe err;
   auto fail = [&](int code) {
-    for (auto fd : {out[0], out[1], err[0], err[1]})
-      if (fd >= 0)
-        ::close(fd);
     result = child{};
     result.error = code;
-    return result;
+    return std::move(result);
   };
-  if (fd_ < 0 || opts.argv.empty())
+  if (!fd_ || opts.argv.empty())
     return fail(EINVAL);
-  if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0)
+  if (!open_pipe(out) || !open_pipe(err))
     return fail(errno);
   request req;
   req.death_signal = opts.death_signal;
   req.env = opts.env;
   req.argv = opts.argv;
-  req.fds = {out[1], err[1]};
+  req.fds = {out.write.get(), err.write.get()};
   if (opts.pass_fd >= 0)
     req.fds.push_back(opts.pass_fd);
-  if (!send_request(fd_, req))
+  if (!send_request(fd_.get(), req))
     return fail(EPIPE);
   std::int32_t answer = 0;
-  pollfd p{fd_, POLLIN, 0};
+  pollfd p{fd_.get(), POLLIN, 0};
   int r;
   while ((r = ::poll(&p, 1, 10000)) < 0 && errno == EINTR) {
   }
-  if (r != 1 || ::recv(fd_, &answer, sizeof(answer), 0) != sizeof(answer))
+  if (r != 1 || ::recv(fd_.get(), &answer, sizeof(answer), 0) != sizeof(answer))
     return fail(EPIPE);
   if (answer <= 0)
     return fail(-answer);
-  ::close(out[1]);
-  ::close(err[1]);
   result.pid = answer;
-  result.out = out[0];
-  result.err = err[0];
+  result.out = std::move(out.read);
+  result.err = std::move(err.read);
   return result;
 }
 
 void fork_client::stop() {
-  if (fd_ >= 0) {
-    ::close(fd_); // the server sees EOF and exits
-    fd_ = -1;
-  }
+  fd_.reset(); // the server sees EOF and exits
   if (pid_ > 0) {
     ::waitpid(pid_, nullptr, 0);
     pid_ = -1;

@@ -1,5 +1,7 @@
 #include "dice/process/spawn.hpp"
 
+#include "process/pipe.hpp"
+
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -50,14 +52,6 @@ std::vector<char*> pointers(std::vector<std::string>& xs) {
   return result;
 }
 
-void close_both(int (&fds)[2]) {
-  for (auto& fd : fds)
-    if (fd >= 0) {
-      ::close(fd);
-      fd = -1;
-    }
-}
-
 } // namespace
 
 child spawn(const spawn_options& opts) {
@@ -66,26 +60,27 @@ child spawn(const spawn_options& opts) {
     result.error = EINVAL;
     return result;
   }
-  int out[2] = {-1, -1};
-  int err[2] = {-1, -1};
+  // Every pipe end still owned here closes on return: on failure all of
+  // them, on success the write ends (the child has its copies).
+  owned_pipe out;
+  owned_pipe err;
   auto fail = [&](int code) {
-    close_both(out);
-    close_both(err);
     result = child{};
     result.error = code;
-    return result;
+    return std::move(result);
   };
-  if (opts.output != capture::none && ::pipe2(out, O_CLOEXEC) != 0)
+  if (opts.output != capture::none && !open_pipe(out))
     return fail(errno);
-  if (opts.output == capture::separate && ::pipe2(err, O_CLOEXEC) != 0)
+  if (opts.output == capture::separate && !open_pipe(err))
     return fail(errno);
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   // dup2 clears O_CLOEXEC on the copy: the child keeps fds 1 and 2 only.
   if (opts.output != capture::none) {
-    posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
+    posix_spawn_file_actions_adddup2(&actions, out.write.get(), STDOUT_FILENO);
     posix_spawn_file_actions_adddup2(
-      &actions, opts.output == capture::merged ? out[1] : err[1],
+      &actions,
+      opts.output == capture::merged ? out.write.get() : err.write.get(),
       STDERR_FILENO);
   }
   // The passed fd as the child's fd 3 (glibc's adddup2 clears O_CLOEXEC,
@@ -126,13 +121,9 @@ child spawn(const spawn_options& opts) {
   posix_spawnattr_destroy(&attr);
   if (rc != 0)
     return fail(rc);
-  if (out[1] >= 0)
-    ::close(out[1]);
-  if (err[1] >= 0)
-    ::close(err[1]);
   result.pid = pid;
-  result.out = out[0];
-  result.err = err[0];
+  result.out = std::move(out.read);
+  result.err = std::move(err.read);
   return result;
 }
 

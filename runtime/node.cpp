@@ -99,21 +99,18 @@ caf::error node::listen() {
   // Runs on the listener's thread for each connection that finished the
   // preamble: only then does CAF get the socket.
   auto handover = [&sys, basp, gate, sigs, tls, port, node_id,
-                   data](int fd, net::channel ch, const std::string& peer,
+                   data](unique_fd fd, net::channel ch, const std::string& peer,
                          const std::string& binding) {
     if (ch == net::channel::data) {
-      // Bound to a control session by its proof, or closed unanswered.
+      // Bound to a control session by its proof, or closed unanswered
+      // (with `fd`).
       if (data && data->enabled())
-        data->accept(fd, peer, binding);
-      else
-        ::close(fd);
+        data->accept(std::move(fd), peer, binding);
       return;
     }
-    if (ch != net::channel::control) {
-      ::close(fd);
-      return;
-    }
-    auto scribe = net::make_scribe(sys, fd, tls, true);
+    if (ch != net::channel::control)
+      return; // closes `fd`
+    auto scribe = net::make_scribe(sys, std::move(fd), tls, true);
     if (!scribe) {
       log::warning(node_id,
                    "connection from " + peer

@@ -10,15 +10,8 @@ using namespace spool_detail;
 context_spool::context_spool(context_spool_options opts)
   : opts_(std::move(opts)) {}
 
-context_spool::~context_spool() {
-  for (auto& s : own_.segments)
-    if (s.fd >= 0)
-      ::close(s.fd);
-  for (auto& kvp : old_)
-    for (auto& s : kvp.second.segments)
-      if (s.fd >= 0)
-        ::close(s.fd);
-}
+// The segments' fds close (and unlock) with their members.
+context_spool::~context_spool() = default;
 
 caf::expected<std::unique_ptr<context_spool>>
 context_spool::open(context_spool_options opts) {
@@ -46,25 +39,25 @@ caf::error context_spool::new_segment() {
   auto path = opts_.dir + "/" + spool_prefix + std::to_string(opts_.node) + "."
     + incarnation_hex(opts_.incarnation) + "."
     + std::to_string(own_.next_segment++);
-  int fd = ::open(path.c_str(),
-                  O_CREAT | O_EXCL | O_RDWR | O_APPEND | O_CLOEXEC | O_NOFOLLOW,
-                  0600);
-  if (fd < 0)
+  unique_fd fd{::open(
+    path.c_str(), O_CREAT | O_EXCL | O_RDWR | O_APPEND | O_CLOEXEC | O_NOFOLLOW,
+    0600)};
+  if (!fd)
     return make_error(errc::storage_failed, sys_error("cannot create " + path));
-  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+  if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
     auto err = make_error(errc::storage_failed,
                           sys_error("cannot lock " + path));
-    ::close(fd);
+    fd.reset();
     ::unlink(path.c_str());
     return err;
   }
   auto head = file_header(opts_.node, opts_.incarnation);
-  if (auto err = write_all(fd, head.data(), head.size(), path)) {
-    ::close(fd);
+  if (auto err = write_all(fd.get(), head.data(), head.size(), path)) {
+    fd.reset();
     ::unlink(path.c_str());
     return err;
   }
-  own_.segments.push_back(segment{path, fd, head.size()});
+  own_.segments.push_back(segment{path, std::move(fd), head.size()});
   return caf::none;
 }
 
@@ -82,13 +75,13 @@ caf::error context_spool::write_record(segment& s, std::uint32_t kind,
   // One write(2) per record: the kernel's copy outlives this process; only
   // a kill in the middle of the call can leave the record torn, and then
   // it is the last one (dropped when read back).
-  if (auto err = write_all(s.fd, buf.data(), buf.size(), s.path)) {
+  if (auto err = write_all(s.fd.get(), buf.data(), buf.size(), s.path)) {
     // Cut a partial record off, so later records stay readable.
-    if (::ftruncate(s.fd, static_cast<off_t>(s.size)) != 0)
+    if (::ftruncate(s.fd.get(), static_cast<off_t>(s.size)) != 0)
       log::error(opts_.node, sys_error("spool: cannot truncate " + s.path));
     return err;
   }
-  if (opts_.fsync && ::fdatasync(s.fd) != 0)
+  if (opts_.fsync && ::fdatasync(s.fd.get()) != 0)
     return make_error(errc::storage_failed, sys_error("fdatasync " + s.path));
   if (where != nullptr)
     *where = record_pos{s.size, buf.size()};
@@ -118,7 +111,10 @@ caf::error context_spool::append(const context_delta& d) {
 // they are), then the old segments go. A kill in between leaves both;
 // whoever reads them takes each seq once.
 caf::error context_spool::rotate() {
-  auto old = own_.segments.back();
+  // The old segment's fd and path, not a reference (new_segment may move
+  // the vector's elements); it stays open in own_.segments until the end.
+  auto old_fd = own_.segments.back().fd.get();
+  auto old_path = own_.segments.back().path;
   auto unsettled = std::move(own_.unsettled);
   own_.unsettled.clear();
   if (auto err = new_segment())
@@ -127,22 +123,23 @@ caf::error context_spool::rotate() {
   std::vector<char> buf;
   for (auto& [seq, pos] : unsettled) {
     buf.resize(static_cast<std::size_t>(pos.length));
-    if (!pread_all(old.fd, buf.data(), buf.size(),
+    if (!pread_all(old_fd, buf.data(), buf.size(),
                    static_cast<off_t>(pos.offset)))
       return make_error(errc::storage_failed,
-                        sys_error("spool: cannot read back " + old.path));
+                        sys_error("spool: cannot read back " + old_path));
     auto at = fresh.size;
-    if (auto err = write_all(fresh.fd, buf.data(), buf.size(), fresh.path))
+    if (auto err = write_all(fresh.fd.get(), buf.data(), buf.size(),
+                             fresh.path))
       return err;
     fresh.size += buf.size();
     own_.unsettled[seq] = record_pos{at, pos.length};
   }
-  if (opts_.fsync && ::fdatasync(fresh.fd) != 0)
+  if (opts_.fsync && ::fdatasync(fresh.fd.get()) != 0)
     return make_error(errc::storage_failed,
                       sys_error("fdatasync " + fresh.path));
   for (std::size_t i = 0; i + 1 < own_.segments.size(); ++i) {
     ::unlink(own_.segments[i].path.c_str());
-    ::close(own_.segments[i].fd);
+    own_.segments[i].fd.reset();
   }
   own_.segments.erase(own_.segments.begin(), own_.segments.end() - 1);
   return caf::none;
@@ -168,7 +165,7 @@ caf::error context_spool::settle(std::uint64_t incarnation,
   if (upto >= st.last_seq) {
     for (auto& s : st.segments) {
       ::unlink(s.path.c_str());
-      ::close(s.fd);
+      s.fd.reset();
     }
     old_.erase(i);
     log::info(opts_.node,
@@ -182,13 +179,13 @@ caf::error context_spool::settle(std::uint64_t incarnation,
 void context_spool::remove_all() {
   for (auto& s : own_.segments) {
     ::unlink(s.path.c_str());
-    ::close(s.fd);
+    s.fd.reset();
   }
   own_ = own_state{};
   for (auto& kvp : old_)
     for (auto& s : kvp.second.segments) {
       ::unlink(s.path.c_str());
-      ::close(s.fd);
+      s.fd.reset();
     }
   old_.clear();
 }

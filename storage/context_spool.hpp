@@ -11,6 +11,7 @@
 // lost with the page cache (docs/distributed.md, "Supervision").
 
 #include "dice/messages/context_delta.hpp"
+#include "dice/process/unique_fd.hpp"
 
 #include "caf/error.hpp"
 #include "caf/expected.hpp"
@@ -109,7 +110,7 @@ class context_spool {
 
   struct segment {
     std::string path;
-    int fd = -1;
+    unique_fd fd; // open and locked (flock) while the segment is ours
     std::uint64_t size = 0;
   };
 

@@ -72,11 +72,4 @@ std::uint64_t record_checksum(const char* head, const char* payload,
   return checksum64(payload, n, checksum64(head, 16));
 }
 
-void close_all(std::vector<int>& fds) {
-  for (auto fd : fds)
-    if (fd >= 0)
-      ::close(fd);
-  fds.clear();
-}
-
 } // namespace dice::spool_detail

@@ -72,6 +72,5 @@ std::vector<char> file_header(std::uint32_t node, std::uint64_t incarnation);
 // overwritten head is caught like a torn payload.
 std::uint64_t record_checksum(const char* head, const char* payload,
                               std::size_t n);
-void close_all(std::vector<int>& fds);
 
 } // namespace dice::spool_detail

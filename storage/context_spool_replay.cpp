@@ -46,24 +46,26 @@ caf::error context_spool::scan() {
   for (auto& [incarnation, paths] : found) {
     // Lock every segment first: one a live process holds (a node with this
     // id still runs) makes the whole incarnation off limits.
-    std::vector<int> fds;
+    std::vector<unique_fd> fds; // none where a segment did not open
     bool live = false;
     for (auto& kvp : paths) {
-      int fd = ::open(kvp.second.c_str(),
-                      O_RDWR | O_APPEND | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
-      if (fd < 0) {
+      unique_fd fd{
+        ::open(kvp.second.c_str(),
+               O_RDWR | O_APPEND | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK)};
+      if (!fd) {
         refuse(kvp.second, sys_error("cannot open"));
-        fds.push_back(-1);
+        fds.emplace_back();
         continue;
       }
-      fds.push_back(fd);
-      if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      auto raw = fd.get();
+      fds.push_back(std::move(fd));
+      if (::flock(raw, LOCK_EX | LOCK_NB) != 0) {
         live = true;
         break;
       }
     }
     if (live) {
-      close_all(fds);
+      fds.clear(); // closes (and unlocks) what was opened
       for (auto& kvp : paths)
         refuse(kvp.second,
                "a live process of node " + std::to_string(node) + " holds it");
@@ -74,12 +76,12 @@ caf::error context_spool::scan() {
     std::size_t k = 0;
     for (auto& kvp : paths) {
       auto& path = kvp.second;
-      int fd = fds[k++];
-      if (fd < 0)
+      auto fd = std::move(fds[k++]);
+      if (!fd)
         continue;
       struct stat sb;
-      if (::fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        ::close(fd);
+      if (::fstat(fd.get(), &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        fd.reset();
         refuse(path, "not a regular file");
         continue;
       }
@@ -89,23 +91,23 @@ caf::error context_spool::scan() {
       if (size < header_size) {
         // A kill between creating a segment and writing its header leaves
         // a prefix of it: nothing was spooled there.
-        if (pread_all(fd, head, static_cast<std::size_t>(size), 0)
+        if (pread_all(fd.get(), head, static_cast<std::size_t>(size), 0)
             && std::memcmp(head, expected.data(), size) == 0) {
           ::unlink(path.c_str());
-          ::close(fd);
+          fd.reset();
         } else {
-          ::close(fd);
+          fd.reset();
           refuse(path, "too short for a spool header");
         }
         continue;
       }
-      if (!pread_all(fd, head, header_size, 0)) {
-        ::close(fd);
+      if (!pread_all(fd.get(), head, header_size, 0)) {
+        fd.reset();
         refuse(path, sys_error("cannot read"));
         continue;
       }
       if (std::memcmp(head, expected.data(), header_size) != 0) {
-        ::close(fd);
+        fd.reset();
         refuse(path,
                std::memcmp(head, spool_magic, 8) != 0
                  ? "not a dice spool file"
@@ -120,7 +122,7 @@ caf::error context_spool::scan() {
       while (pos < size) {
         char rh[record_head];
         if (size - pos < record_head
-            || !pread_all(fd, rh, record_head, static_cast<off_t>(pos))) {
+            || !pread_all(fd.get(), rh, record_head, static_cast<off_t>(pos))) {
           bad = "a record cut short";
           break;
         }
@@ -131,7 +133,7 @@ caf::error context_spool::scan() {
           break;
         }
         payload.resize(static_cast<std::size_t>(len));
-        if (!pread_all(fd, payload.data(), payload.size(),
+        if (!pread_all(fd.get(), payload.data(), payload.size(),
                        static_cast<off_t>(pos + record_head))
             || record_checksum(rh, payload.data(), payload.size())
               != get<std::uint64_t>(rh + 16)) {
@@ -168,7 +170,7 @@ caf::error context_spool::scan() {
         pos += record_head + len;
       }
       if (pos == 0) {
-        ::close(fd);
+        fd.reset();
         refuse(path, "it holds " + bad);
         continue;
       }
@@ -180,14 +182,14 @@ caf::error context_spool::scan() {
                        + "; a kill in the middle of a write leaves "
                          "one)");
         // Records appended later (settled marks) must follow good ones.
-        if (::ftruncate(fd, static_cast<off_t>(pos)) != 0)
+        if (::ftruncate(fd.get(), static_cast<off_t>(pos)) != 0)
           log::error(node, sys_error("spool: cannot truncate " + path));
         size = pos;
       }
       st.settled = std::max(st.settled, settled);
       for (auto& kv : mine)
         deltas[kv.first] = std::move(kv.second);
-      st.segments.push_back(segment{path, fd, size});
+      st.segments.push_back(segment{path, std::move(fd), size});
     }
     if (st.segments.empty())
       continue;
@@ -202,7 +204,7 @@ caf::error context_spool::scan() {
       // Everything it spooled was settled: nothing to republish.
       for (auto& s : st.segments) {
         ::unlink(s.path.c_str());
-        ::close(s.fd);
+        s.fd.reset();
       }
       continue;
     }

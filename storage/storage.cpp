@@ -103,17 +103,12 @@ caf::expected<model_snapshot> load_snapshot(const storage_ref& ref) {
   // returned. A shared-memory item is copied through a view kept for the
   // next load of the same segment (pread looks up and locks every 4 KiB
   // page: 3x a memcpy); a file with pread.
-  int fd = -1;
+  unique_fd owner; // closed on every return
   std::size_t size = 0;
   struct stat st;
-  if (auto err = open_storage(ref, fd, size, &st))
+  if (auto err = open_storage(ref, owner, size, &st))
     return err;
-  struct closer {
-    int fd;
-    ~closer() {
-      ::close(fd);
-    }
-  } guard{fd};
+  auto fd = owner.get();
   auto view = ref.kind == storage_kind::shm ? map_view(fd, st) : item_view{};
   checksum64_stream sum{0};
   std::uint8_t head[16];

@@ -60,20 +60,20 @@ std::uint64_t checksum_of(const std::vector<byte_span>& parts) {
 // only with an error. Never follows a symlink (O_NOFOLLOW) and never blocks
 // (O_NONBLOCK: opening a FIFO for reading would wait for a writer for ever);
 // only a regular file is read.
-caf::error open_storage(const storage_ref& ref, int& fd, std::size_t& size,
-                        struct stat* st_out) {
-  fd = -1;
+caf::error open_storage(const storage_ref& ref, unique_fd& fd,
+                        std::size_t& size, struct stat* st_out) {
+  fd.reset();
   constexpr int flags = O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK;
   if (ref.kind == storage_kind::shm) {
     if (ref.host != this_host())
       return make_error(errc::storage_failed,
                         "shared memory " + ref.path + " lives on host "
                           + ref.host + ", this is " + this_host());
-    fd = ::shm_open(ref.path.c_str(), flags, 0);
+    fd.reset(::shm_open(ref.path.c_str(), flags, 0));
   } else {
-    fd = ::open(ref.path.c_str(), flags);
+    fd.reset(::open(ref.path.c_str(), flags));
   }
-  if (fd < 0) {
+  if (!fd) {
     if (errno == ENOENT)
       return make_error(errc::storage_missing, ref.path + " does not exist");
     if (errno == ELOOP)
@@ -82,12 +82,11 @@ caf::error open_storage(const storage_ref& ref, int& fd, std::size_t& size,
     return make_error(errc::storage_failed, sys_error("open " + ref.path));
   }
   auto fail = [&](caf::error err) {
-    ::close(fd);
-    fd = -1;
+    fd.reset();
     return err;
   };
   struct stat st;
-  if (::fstat(fd, &st) != 0)
+  if (::fstat(fd.get(), &st) != 0)
     return fail(
       make_error(errc::storage_failed, sys_error("stat " + ref.path)));
   if (!S_ISREG(st.st_mode))
@@ -144,16 +143,17 @@ caf::expected<storage_ref> store_file(const storage_options& opts,
   auto name = unique_name(opts, ".bin");
   auto path = (std::filesystem::path{opts.dirname} / name).string();
   auto tmp = path + ".part";
-  int fd = ::open(tmp.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0600);
-  if (fd < 0)
+  unique_fd fd{
+    ::open(tmp.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0600)};
+  if (!fd)
     return make_error(errc::storage_failed, sys_error("cannot create " + tmp));
   std::uint64_t checksum = 0;
-  if (auto err = write_parts(fd, parts, checksum)) {
-    ::close(fd);
+  if (auto err = write_parts(fd.get(), parts, checksum)) {
+    fd.reset();
     ::unlink(tmp.c_str());
     return err;
   }
-  ::close(fd);
+  fd.reset();
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     auto err = make_error(errc::storage_failed, sys_error("rename " + tmp));
     ::unlink(tmp.c_str());
@@ -194,15 +194,16 @@ caf::expected<storage_ref> store_bytes(const storage_options& opts,
 namespace detail {
 
 caf::error read_storage(const storage_ref& ref, writable_bytes& out) {
-  int fd = -1;
+  unique_fd fd;
   std::size_t size = 0;
   struct stat st;
   if (auto err = open_storage(ref, fd, size, &st))
     return err;
-  auto view = ref.kind == storage_kind::shm ? map_view(fd, st) : item_view{};
+  auto view = ref.kind == storage_kind::shm ? map_view(fd.get(), st)
+                                            : item_view{};
   writable_bytes buf{size};
-  auto err = read_part(ref, fd, view, 0, buf.data(), size, nullptr);
-  ::close(fd);
+  auto err = read_part(ref, fd.get(), view, 0, buf.data(), size, nullptr);
+  fd.reset();
   if (err)
     return err;
   out = std::move(buf);

@@ -4,6 +4,7 @@
 
 #include "dice/core/errc.hpp"
 #include "dice/messages/detail/snapshot_chunk.hpp"
+#include "dice/process/unique_fd.hpp"
 #include "dice/security/trust.hpp"
 #include "dice/storage/storage.hpp"
 #include "storage/fd_io.hpp"
@@ -40,8 +41,8 @@ caf::error write_parts(int fd, const std::vector<byte_span>& parts,
                        std::uint64_t& checksum);
 std::uint64_t checksum_of(const std::vector<byte_span>& parts);
 caf::error bad(const storage_ref& ref, const std::string& why);
-caf::error open_storage(const storage_ref& ref, int& fd, std::size_t& size,
-                        struct stat* st = nullptr);
+caf::error open_storage(const storage_ref& ref, unique_fd& fd,
+                        std::size_t& size, struct stat* st = nullptr);
 caf::error read_at(const storage_ref& ref, int fd, std::size_t pos,
                    std::uint8_t* out, std::size_t n, checksum64_stream* sum);
 

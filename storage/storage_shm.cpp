@@ -25,7 +25,7 @@ constexpr std::size_t shm_live_max = 8;
 struct shm_seg {
   std::string name;
   std::size_t size = 0;
-  int fd = -1;
+  unique_fd fd;
   std::uint8_t* view = nullptr;
   std::size_t view_len = 0;
   shm_seg() = default;
@@ -34,8 +34,7 @@ struct shm_seg {
   ~shm_seg() {
     if (view != nullptr)
       ::munmap(view, view_len);
-    if (fd >= 0)
-      ::close(fd);
+    // `fd` closes after this body, i.e. after the view is gone.
   }
 };
 
@@ -106,7 +105,7 @@ seg_ptr reuse_shm(const std::string& name, std::size_t total) {
 caf::error write_view(shm_seg& seg, const std::vector<byte_span>& parts,
                       std::size_t total, std::uint64_t& checksum) {
   if (seg.size != total) {
-    if (::ftruncate(seg.fd, static_cast<off_t>(total)) != 0)
+    if (::ftruncate(seg.fd.get(), static_cast<off_t>(total)) != 0)
       return make_error(errc::storage_failed, sys_error("ftruncate"));
     seg.size = total;
   }
@@ -116,7 +115,7 @@ caf::error write_view(shm_seg& seg, const std::vector<byte_span>& parts,
   }
   if (seg.view == nullptr) {
     auto p = ::mmap(nullptr, total, PROT_READ | PROT_WRITE,
-                    MAP_SHARED | MAP_POPULATE, seg.fd, 0);
+                    MAP_SHARED | MAP_POPULATE, seg.fd.get(), 0);
     if (p == MAP_FAILED)
       return make_error(errc::storage_failed, sys_error("mmap " + seg.name));
     seg.view = static_cast<std::uint8_t*>(p);
@@ -171,10 +170,10 @@ bool recycle_shm(const storage_ref& ref) {
     seg = std::make_unique<shm_seg>();
     seg->name = ref.path;
     seg->size = ref.size;
-    seg->fd = ::shm_open(ref.path.c_str(),
-                         O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0);
+    seg->fd.reset(::shm_open(ref.path.c_str(),
+                             O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0));
     struct stat st;
-    if (seg->fd < 0 || ::fstat(seg->fd, &st) != 0 || !S_ISREG(st.st_mode)
+    if (!seg->fd || ::fstat(seg->fd.get(), &st) != 0 || !S_ISREG(st.st_mode)
         || static_cast<std::uint64_t>(st.st_size) != ref.size)
       return false;
   }
@@ -212,19 +211,20 @@ caf::expected<storage_ref> store_shm(const storage_options& opts,
     // write() for a fresh, small or growing segment: tmpfs takes pages
     // whole without zeroing them and nothing is mapped (mmap, page faults
     // and munmap cost 10x the copy for a fresh segment).
-    int fd = seg
-      ? std::exchange(seg->fd, -1)
-      : ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+    auto fd = seg
+      ? std::move(seg->fd)
+      : unique_fd{
+        ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600)};
     seg.reset();
-    if (fd < 0)
+    if (!fd)
       return make_error(errc::storage_failed, sys_error("shm_open " + name));
     caf::error err;
-    if (::ftruncate(fd, static_cast<off_t>(total)) != 0
-        || ::lseek(fd, 0, SEEK_SET) != 0)
+    if (::ftruncate(fd.get(), static_cast<off_t>(total)) != 0
+        || ::lseek(fd.get(), 0, SEEK_SET) != 0)
       err = make_error(errc::storage_failed, sys_error("ftruncate " + name));
     else
-      err = write_parts(fd, parts, checksum);
-    ::close(fd);
+      err = write_parts(fd.get(), parts, checksum);
+    fd.reset();
     if (err) {
       ::shm_unlink(name.c_str());
       return err;

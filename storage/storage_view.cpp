@@ -58,13 +58,12 @@ struct view {
   dev_t dev = 0;
   ino_t ino = 0;
   std::size_t size = 0;
-  int fd = -1; // to notice the segment was removed (st_nlink == 0)
+  unique_fd fd; // to notice the segment was removed (st_nlink == 0)
   const std::uint8_t* addr = nullptr;
   ~view() {
     if (addr != nullptr)
       ::munmap(const_cast<std::uint8_t*>(addr), size);
-    if (fd >= 0)
-      ::close(fd);
+    // `fd` closes after this body.
   }
 };
 
@@ -121,7 +120,7 @@ item_view map_view(int fd, const struct stat& st) {
   auto& vs = cache.views;
   for (auto i = vs.begin(); i != vs.end();) {
     struct stat vst;
-    if (::fstat((*i)->fd, &vst) != 0 || vst.st_nlink == 0) {
+    if (::fstat((*i)->fd.get(), &vst) != 0 || vst.st_nlink == 0) {
       i = vs.erase(i); // removed: let its pages go
       continue;
     }
@@ -139,8 +138,8 @@ item_view map_view(int fd, const struct stat& st) {
     v->ino = st.st_ino;
     v->size = size;
     v->addr = static_cast<const std::uint8_t*>(p);
-    v->fd = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
-    if (v->fd < 0)
+    v->fd.reset(::fcntl(fd, F_DUPFD_CLOEXEC, 0));
+    if (!v->fd)
       return {};
     guard.lock();
     std::size_t bytes = size;

@@ -17,6 +17,7 @@
 // ranks.cpp sets up both ranks; link.cpp is the raw-TCP side.
 
 #include "dice/core/errc.hpp"
+#include "dice/process/unique_fd.hpp"
 
 #include "allreduce_bench.hpp"
 #include <benchmark/benchmark.h>
@@ -160,18 +161,21 @@ int main(int argc, char** argv) {
   int sv[2];
   if (::socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0)
     return 1;
+  // Rank 0 keeps one end, rank 1 (the child) the other.
+  dice::unique_fd ours{sv[0]};
+  dice::unique_fd theirs{sv[1]};
   auto parent = ::getpid();
   auto pid = ::fork();
   if (pid == 0) {
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (::getppid() != parent)
       _exit(1);
-    ::close(sv[0]);
-    _exit(peer_main(sv[1]));
+    ours.reset();
+    _exit(peer_main(theirs.get()));
   }
-  ::close(sv[1]);
+  theirs.reset();
   rank_state s;
-  s.control = sv[0];
+  s.control = ours.get();
   state = &s;
   if (!setup_rank0(s)) {
     std::fprintf(stderr, "allreduce_bench: the group did not form\n");

@@ -2,6 +2,7 @@
 // up, and the commands rank 1 runs in step with rank 0.
 
 #include "dice/core/errc.hpp"
+#include "dice/process/unique_fd.hpp"
 
 #include "allreduce_bench.hpp"
 #include "loopback.hpp"
@@ -125,8 +126,8 @@ bool setup_rank0(rank_state& s) {
     ports[m] = g->store_port();
     s.groups.push_back(std::move(*g));
   }
-  int ls = listen_loopback(1, ports[mode_count]);
-  if (ls < 0)
+  dice::unique_fd ls{listen_loopback(1, ports[mode_count])};
+  if (!ls)
     return false;
   if (!send_all(s.control, ports, sizeof(ports)))
     return false;
@@ -135,8 +136,8 @@ bool setup_rank0(rank_state& s) {
       std::fprintf(stderr, "rank 0: %s\n", dice::render(err).c_str());
       return false;
     }
-  s.data = ::accept(ls, nullptr, nullptr);
-  ::close(ls);
+  s.data = ::accept(ls.get(), nullptr, nullptr);
+  ls.reset();
   tune(s.data);
   s.link = std::make_unique<duplex>(s.data);
   return s.data >= 0;

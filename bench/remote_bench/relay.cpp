@@ -43,19 +43,19 @@ namespace {
 
 // Reads the child's "listening on port P" line (30 s at most), then copies
 // the rest of its output to stderr on a thread, so the pipe never fills.
-std::optional<std::uint16_t> read_port(int fd) {
+std::optional<std::uint16_t> read_port(dice::unique_fd fd) {
   std::string buf;
   std::optional<std::uint16_t> port;
   auto deadline = clk::now() + 30s;
   std::regex re{"listening on port ([0-9]+)"};
   while (!port && clk::now() < deadline) {
-    pollfd p{fd, POLLIN, 0};
+    pollfd p{fd.get(), POLLIN, 0};
     auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
       deadline - clk::now());
     if (::poll(&p, 1, static_cast<int>(std::max<long>(ms.count(), 1))) <= 0)
       break;
     char tmp[512];
-    auto n = ::read(fd, tmp, sizeof(tmp));
+    auto n = ::read(fd.get(), tmp, sizeof(tmp));
     if (n <= 0)
       break;
     buf.append(tmp, static_cast<std::size_t>(n));
@@ -63,15 +63,15 @@ std::optional<std::uint16_t> read_port(int fd) {
     if (std::regex_search(buf, m, re))
       port = static_cast<std::uint16_t>(std::stoul(m[1].str()));
   }
-  std::thread{[fd] {
+  // The thread owns the pipe and closes it when the child's output ends.
+  std::thread{[fd = std::move(fd)] {
     char tmp[4096];
     for (;;) {
-      auto n = ::read(fd, tmp, sizeof(tmp));
+      auto n = ::read(fd.get(), tmp, sizeof(tmp));
       if (n <= 0)
         break;
       [[maybe_unused]] auto w = ::write(2, tmp, static_cast<std::size_t>(n));
     }
-    ::close(fd);
   }}.detach();
   return port;
 }
@@ -96,7 +96,7 @@ std::optional<std::vector<pid_t>> start_mesh(int argc, char** argv, long n,
       return std::nullopt;
     }
     pids.push_back(c.pid);
-    auto p = read_port(c.out);
+    auto p = read_port(std::move(c.out));
     if (!p) {
       stop_all(pids);
       return std::nullopt;

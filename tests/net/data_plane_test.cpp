@@ -162,7 +162,7 @@ class DataPlane : public ::testing::Test {
                 std::string* binding = nullptr) {
     auto fd = dice::net::dial_channel(key, "127.0.0.1", port, channel::data,
                                       clock_type::now() + 2s, binding);
-    return fd ? *fd : -1;
+    return fd ? fd->release() : -1; // the test's to close
   }
 
   // The hello between node `attacher` and the acceptor (node 1).
@@ -397,13 +397,13 @@ TEST_F(DataPlane, TheDialerRefusesAnAcceptorWithoutTheSession) {
   auto auth_before = dice::counter(dice::trust_event::auth_refused);
   auto fake = dice::net::listener::open(
     dice::net::listener_config{9, "127.0.0.1", 0, secret},
-    [](int fd, channel, const std::string&, const std::string&) {
-      auto b = dice::net::recv_exactly(fd, dice::net::data_bind_size,
+    [](dice::unique_fd fd, channel, const std::string&, const std::string&) {
+      auto b = dice::net::recv_exactly(fd.get(), dice::net::data_bind_size,
                                        clock_type::now() + 2s);
       if (b)
-        dice::net::send_all(fd, dice::net::encode_ack(dice::random_nonce(32)),
+        dice::net::send_all(fd.get(),
+                            dice::net::encode_ack(dice::random_nonce(32)),
                             clock_type::now() + 2s);
-      ::close(fd);
     });
   ASSERT_TRUE(fake) << caf::to_string(fake.error());
   (*fake)->start();

@@ -345,7 +345,7 @@ TEST_F(Guard, ADialerGivesUpOnASilentAcceptorAndRetries) {
   // Something that accepts and never answers the preamble.
   auto fd = dice::net::listen_tcp("127.0.0.1", 0);
   ASSERT_TRUE(fd);
-  auto port = dice::net::local_endpoint(*fd).port;
+  auto port = dice::net::local_endpoint(fd->get()).port;
   auto nc = settings(1, secret_only);
   nc.listen = false;
   nc.connect_timeout = 300ms;
@@ -363,7 +363,7 @@ TEST_F(Guard, ADialerGivesUpOnASilentAcceptorAndRetries) {
   std::vector<long> held_ms;
   auto deadline = clock_type::now() + 10s;
   while (held_ms.size() < 2 && clock_type::now() < deadline) {
-    std::vector<pollfd> fds{{*fd, POLLIN, 0}};
+    std::vector<pollfd> fds{{fd->get(), POLLIN, 0}};
     for (auto& c : conns)
       fds.push_back({c.fd, POLLIN, 0});
     if (::poll(fds.data(), fds.size(), 100) <= 0)
@@ -384,12 +384,12 @@ TEST_F(Guard, ADialerGivesUpOnASilentAcceptorAndRetries) {
                                }),
                 conns.end());
     if (fds[0].revents != 0)
-      if (auto x = dice::net::accept_nonblocking(*fd))
-        conns.push_back(conn{x->fd, clock_type::now()});
+      if (auto x = dice::net::accept_nonblocking(fd->get()))
+        conns.push_back(conn{x->fd.release(), clock_type::now()});
   }
   for (auto& c : conns)
     ::close(c.fd);
-  ::close(*fd);
+  fd->reset();
   ASSERT_EQ(held_ms.size(), 2u) << "the dialer did not retry";
   std::cout << "attempts closed by the dialer after " << held_ms[0] << " and "
             << held_ms[1] << " ms (timeout 300 ms)" << std::endl;
@@ -444,7 +444,7 @@ TEST_F(Guard, ANodeListensOnTheSocketItInherits) {
   // a peer may dial before the node runs: its connect waits in the backlog.
   auto fd = dice::net::listen_tcp("127.0.0.1", 0);
   ASSERT_TRUE(fd) << dice::render(fd.error());
-  auto port = dice::net::local_endpoint(*fd).port;
+  auto port = dice::net::local_endpoint(fd->get()).port;
   auto client_cfg = settings(1, secret_only);
   client_cfg.listen = false;
   auto& client = start(client_cfg);
@@ -452,8 +452,8 @@ TEST_F(Guard, ANodeListensOnTheSocketItInherits) {
   self->send(client.router(), dice::attach_atom::value,
              std::string{"127.0.0.1"}, port);
   auto nc = settings(0, secret_only);
-  nc.port = 1; // not bound: the inherited socket wins
-  nc.listen_fd = *fd;
+  nc.port = 1;                  // not bound: the inherited socket wins
+  nc.listen_fd = fd->release(); // the node adopts it
   auto& server = start(nc);
   EXPECT_EQ(server.port(), port);
   EXPECT_EQ(peers(server, 1, 10s), 1u);

@@ -105,22 +105,18 @@ class SameHostRefs : public ::testing::Test {
     auto mine = data_offer::make();
     auto theirs = acceptor->accept_session(2, mine->pub());
     auto dh = mine->agree(theirs);
-    if (!dh) {
-      ::close(*fd);
-      return -1;
-    }
+    if (!dh)
+      return -1; // closes the connection
     auto key = dice::net::data_session_key(secret, 1, 2, mine->pub(), theirs,
                                            *dh);
     auto dir = dice::net::data_dialer_writes;
     auto bind = dice::net::encode_bind(
       {dir, 2, dice::net::data_bind_mac(key, dir, binding, {})});
-    if (dice::net::send_all(*fd, bind, clock_type::now() + 2s)
-        || !dice::net::recv_exactly(*fd, dice::net::data_ack_size,
-                                    clock_type::now() + 2s)) {
-      ::close(*fd);
-      return -1;
-    }
-    return *fd;
+    if (dice::net::send_all(fd->get(), bind, clock_type::now() + 2s)
+        || !dice::net::recv_exactly(fd->get(), dice::net::data_ack_size,
+                                    clock_type::now() + 2s))
+      return -1;          // closes the connection
+    return fd->release(); // the test's to close
   }
 
   caf::expected<dice::shared_bytes> take(std::uint64_t id) {

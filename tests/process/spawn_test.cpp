@@ -113,17 +113,16 @@ TEST(Spawn, SeparateStdoutAndStderrAndTheGivenEnvironment) {
   opts.output = dice::process::capture::separate;
   auto c = dice::process::spawn(opts);
   ASSERT_GT(c.pid, 0) << std::strerror(c.error);
-  auto read_all = [](int fd) {
+  auto read_all = [](dice::unique_fd fd) {
     std::string text;
     char buf[256];
     ssize_t n;
-    while ((n = ::read(fd, buf, sizeof(buf))) > 0)
+    while ((n = ::read(fd.get(), buf, sizeof(buf))) > 0)
       text.append(buf, static_cast<std::size_t>(n));
-    ::close(fd);
     return text;
   };
-  EXPECT_EQ(read_all(c.out), "out 42 /nowhere\n");
-  EXPECT_EQ(read_all(c.err), "err\n");
+  EXPECT_EQ(read_all(std::move(c.out)), "out 42 /nowhere\n");
+  EXPECT_EQ(read_all(std::move(c.err)), "err\n");
   int status = 0;
   ASSERT_EQ(::waitpid(c.pid, &status, 0), c.pid);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);

@@ -69,8 +69,8 @@ class child_process {
       return;
     }
     pid_ = p.pid;
-    reader_ = std::thread{[this, fd = p.out] {
-      read_all(fd);
+    reader_ = std::thread{[this, fd = std::move(p.out)]() mutable {
+      read_all(std::move(fd));
     }};
   }
 
@@ -174,16 +174,16 @@ class child_process {
  private:
   // The reader thread: appends whole lines until the end of the output (or
   // the destructor), then closes the pipe.
-  void read_all(int fd) {
+  void read_all(dice::unique_fd fd) {
     std::string partial;
     char buf[8192];
     while (!stop_) {
-      pollfd p{fd, POLLIN, 0};
+      pollfd p{fd.get(), POLLIN, 0};
       // Polls in slices so that the destructor can stop it while a
       // grandchild still holds the pipe open.
       if (::poll(&p, 1, 100) <= 0)
         continue;
-      auto n = ::read(fd, buf, sizeof(buf));
+      auto n = ::read(fd.get(), buf, sizeof(buf));
       if (n < 0 && errno == EINTR)
         continue;
       if (n <= 0)
@@ -202,7 +202,7 @@ class child_process {
         lines_.push_back(std::move(l));
       cv_.notify_all();
     }
-    ::close(fd);
+    fd.reset();
     std::lock_guard<std::mutex> guard{mtx_};
     if (!partial.empty())
       lines_.push_back(std::move(partial));

@@ -6,8 +6,6 @@
 #include "net/data_plane.hpp"
 #include "net/listener.hpp"
 
-#include <unistd.h>
-
 #include <memory>
 #include <string>
 
@@ -19,13 +17,12 @@ inline caf::expected<std::unique_ptr<net::listener>>
 open_data_listener(std::shared_ptr<net::data_plane> dp,
                    const std::string& secret) {
   auto ln = net::listener::open(net::listener_config{1, "127.0.0.1", 0, secret},
-                                [dp](int fd, net::channel ch,
+                                [dp](unique_fd fd, net::channel ch,
                                      const std::string& peer,
                                      const std::string& binding) {
+                                  // Anything else closes with `fd`.
                                   if (ch == net::channel::data)
-                                    dp->accept(fd, peer, binding);
-                                  else
-                                    ::close(fd);
+                                    dp->accept(std::move(fd), peer, binding);
                                 });
   if (ln)
     (*ln)->start();

@@ -3,6 +3,8 @@
 // A stranger's TCP connection for attack tests: raw bytes on a node's port,
 // no CAF, no dice. Every wait has a deadline.
 
+#include "dice/process/unique_fd.hpp"
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -23,41 +25,34 @@ class raw_socket {
 
   /// Connects to 127.0.0.1:`port` (check `ok()`).
   explicit raw_socket(std::uint16_t port) {
-    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    fd_.reset(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     addr.sin_port = htons(port);
-    if (fd_ >= 0
-        && ::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr))
-          != 0) {
-      ::close(fd_);
-      fd_ = -1;
-    }
+    if (fd_
+        && ::connect(fd_.get(), reinterpret_cast<sockaddr*>(&addr),
+                     sizeof(addr))
+          != 0)
+      fd_.reset();
   }
 
-  raw_socket(raw_socket&& other) noexcept : fd_(other.fd_) {
-    other.fd_ = -1;
-  }
+  /// Takes `other`'s connection.
+  raw_socket(raw_socket&& other) noexcept = default;
 
   raw_socket(const raw_socket&) = delete;
   raw_socket& operator=(const raw_socket&) = delete;
 
-  ~raw_socket() {
-    if (fd_ >= 0)
-      ::close(fd_);
-  }
-
   /// Connected.
   bool ok() const noexcept {
-    return fd_ >= 0;
+    return static_cast<bool>(fd_);
   }
 
   /// Sends all of `bytes`; false if the peer closed or reset.
   bool send(const std::string& bytes) {
     std::size_t done = 0;
     while (done < bytes.size()) {
-      auto n = ::send(fd_, bytes.data() + done, bytes.size() - done,
+      auto n = ::send(fd_.get(), bytes.data() + done, bytes.size() - done,
                       MSG_NOSIGNAL);
       if (n <= 0)
         return false;
@@ -77,10 +72,10 @@ class raw_socket {
         deadline - clock_type::now());
       if (left.count() <= 0)
         return false;
-      pollfd p{fd_, POLLIN, 0};
+      pollfd p{fd_.get(), POLLIN, 0};
       if (::poll(&p, 1, static_cast<int>(left.count())) <= 0)
         continue;
-      auto n = ::recv(fd_, buf, sizeof(buf), 0);
+      auto n = ::recv(fd_.get(), buf, sizeof(buf), 0);
       if (n <= 0)
         return true;
       if (received)
@@ -98,10 +93,10 @@ class raw_socket {
         deadline - clock_type::now());
       if (left.count() <= 0)
         return {};
-      pollfd p{fd_, POLLIN, 0};
+      pollfd p{fd_.get(), POLLIN, 0};
       if (::poll(&p, 1, static_cast<int>(left.count())) <= 0)
         continue;
-      auto k = ::recv(fd_, result.data() + got, n - got, 0);
+      auto k = ::recv(fd_.get(), result.data() + got, n - got, 0);
       if (k <= 0)
         return {};
       got += static_cast<std::size_t>(k);
@@ -111,11 +106,11 @@ class raw_socket {
 
   /// The file descriptor.
   int fd() const noexcept {
-    return fd_;
+    return fd_.get();
   }
 
  private:
-  int fd_ = -1;
+  dice::unique_fd fd_;
 };
 
 /// A 32-byte BASP header of CAF 0.17 (network byte order): operation,

@@ -4,6 +4,7 @@
 
 #include "dice/process/fork_server.hpp"
 #include "dice/process/spawn.hpp"
+#include "dice/process/unique_fd.hpp"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -45,11 +46,13 @@ struct child {
   std::uint32_t id = 0;
   std::uint16_t port = 0;
   /// The node's listening socket, bound by the launcher and passed to every
-  /// incarnation as its fd 3 (-1: none).
-  int listen_fd = -1;
+  /// incarnation as its fd 3 (none: not bound).
+  dice::unique_fd listen_fd;
   pid_t pid = -1;
-  int out_fd = -1;
-  int err_fd = -1;
+  /// The current incarnation's stdout pipe (none once drained).
+  dice::unique_fd out_fd;
+  /// The current incarnation's stderr pipe (none once drained).
+  dice::unique_fd err_fd;
   std::string out_buf;
   std::string err_buf;
   std::optional<int> exit_code;
@@ -111,9 +114,9 @@ options parse(int argc, char** argv);
 // ---------------------------------------------------------
 
 /// A listening socket on host:port (0: any free port; `bound` gets the
-/// port), O_CLOEXEC; -1 and `why` on failure.
-int listen_on(const std::string& host, std::uint16_t port, std::uint16_t& bound,
-              std::string& why);
+/// port), O_CLOEXEC; none and `why` on failure.
+dice::unique_fd listen_on(const std::string& host, std::uint16_t port,
+                          std::uint16_t& bound, std::string& why);
 
 // -- output relay (relay.cpp) -------------------------------------------------
 

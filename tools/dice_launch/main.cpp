@@ -85,14 +85,12 @@ struct launch_secret {
       text.push_back(hex[b & 15]);
     }
     text.push_back('\n');
-    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
-                    0600);
-    if (fd < 0)
+    dice::unique_fd fd{
+      ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600)};
+    if (!fd)
       return false;
-    auto ok = ::write(fd, text.data(), text.size())
+    return ::write(fd.get(), text.data(), text.size())
       == static_cast<ssize_t>(text.size());
-    ::close(fd);
-    return ok;
   }
 
   void remove() {
@@ -207,7 +205,7 @@ int main(int argc, char** argv) {
     c.listen_fd = listen_on(
       opts.host, opts.ports.empty() ? std::uint16_t{0} : opts.ports[i], c.port,
       why);
-    if (c.listen_fd < 0) {
+    if (!c.listen_fd) {
       std::cerr << "[dice-launch] cannot listen on " << opts.host << ":"
                 << (opts.ports.empty() ? 0 : opts.ports[i]) << " for node "
                 << c.id << ": " << why << std::endl;
@@ -288,7 +286,7 @@ int main(int argc, char** argv) {
       });
     auto open = std::any_of(children.begin(), children.end(),
                             [](const child& c) {
-                              return c.out_fd >= 0 || c.err_fd >= 0;
+                              return c.out_fd || c.err_fd;
                             });
     if (!running && !open)
       break;
@@ -296,8 +294,7 @@ int main(int argc, char** argv) {
       pump(children, 0);
   }
   for (auto& c : children)
-    if (c.listen_fd >= 0)
-      ::close(c.listen_fd);
+    c.listen_fd.reset();
   if (forks)
     forks->stop();
   secret.remove();

@@ -12,8 +12,8 @@
 
 namespace dice_launch {
 
-int listen_on(const std::string& host, std::uint16_t port, std::uint16_t& bound,
-              std::string& why) {
+dice::unique_fd listen_on(const std::string& host, std::uint16_t port,
+                          std::uint16_t& bound, std::string& why) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -24,29 +24,29 @@ int listen_on(const std::string& host, std::uint16_t port, std::uint16_t& bound,
                               service.c_str(), &hints, &res);
       rc != 0) {
     why = ::gai_strerror(rc);
-    return -1;
+    return {};
   }
-  int fd = -1;
-  for (auto* ai = res; ai != nullptr && fd < 0; ai = ai->ai_next) {
-    fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
-                  ai->ai_protocol);
-    if (fd < 0)
+  dice::unique_fd fd;
+  for (auto* ai = res; ai != nullptr && !fd; ai = ai->ai_next) {
+    fd.reset(::socket(ai->ai_family,
+                      ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
+                      ai->ai_protocol));
+    if (!fd)
       continue;
     int one = 1;
-    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (::bind(fd, ai->ai_addr, ai->ai_addrlen) != 0
-        || ::listen(fd, SOMAXCONN) != 0) {
+    ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (::bind(fd.get(), ai->ai_addr, ai->ai_addrlen) != 0
+        || ::listen(fd.get(), SOMAXCONN) != 0) {
       why = std::strerror(errno);
-      ::close(fd);
-      fd = -1;
+      fd.reset();
     }
   }
   ::freeaddrinfo(res);
-  if (fd < 0)
-    return -1;
+  if (!fd)
+    return {};
   sockaddr_storage local{};
   socklen_t len = sizeof(local);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len);
+  ::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&local), &len);
   bound = ntohs(local.ss_family == AF_INET6
                   ? reinterpret_cast<sockaddr_in6*>(&local)->sin6_port
                   : reinterpret_cast<sockaddr_in*>(&local)->sin_port);

@@ -55,12 +55,12 @@ void pump(std::vector<child>& children, int timeout_ms) {
   std::vector<std::pair<std::size_t, bool>> who;
   for (std::size_t i = 0; i < children.size(); ++i) {
     auto& c = children[i];
-    if (c.out_fd >= 0) {
-      fds.push_back(pollfd{c.out_fd, POLLIN, 0});
+    if (c.out_fd) {
+      fds.push_back(pollfd{c.out_fd.get(), POLLIN, 0});
       who.emplace_back(i, true);
     }
-    if (c.err_fd >= 0) {
-      fds.push_back(pollfd{c.err_fd, POLLIN, 0});
+    if (c.err_fd) {
+      fds.push_back(pollfd{c.err_fd.get(), POLLIN, 0});
       who.emplace_back(i, false);
     }
   }
@@ -78,14 +78,13 @@ void pump(std::vector<child>& children, int timeout_ms) {
     auto is_out = who[k].second;
     auto& fd = is_out ? c.out_fd : c.err_fd;
     auto& acc = is_out ? c.out_buf : c.err_buf;
-    auto n = ::read(fd, buf, sizeof(buf));
+    auto n = ::read(fd.get(), buf, sizeof(buf));
     if (n > 0) {
       acc.append(buf, static_cast<std::size_t>(n));
       flush_lines(c, acc, is_out ? STDOUT_FILENO : STDERR_FILENO, false);
     } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
       flush_lines(c, acc, is_out ? STDOUT_FILENO : STDERR_FILENO, true);
-      ::close(fd);
-      fd = -1;
+      fd.reset();
     }
   }
 }
@@ -94,13 +93,13 @@ void pump(std::vector<child>& children, int timeout_ms) {
 void drain(child& c) {
   char buf[65536];
   for (auto* fd : {&c.out_fd, &c.err_fd}) {
-    if (*fd < 0)
+    if (!*fd)
       continue;
     auto is_out = fd == &c.out_fd;
     auto& acc = is_out ? c.out_buf : c.err_buf;
-    ::fcntl(*fd, F_SETFL, ::fcntl(*fd, F_GETFL) | O_NONBLOCK);
+    ::fcntl(fd->get(), F_SETFL, ::fcntl(fd->get(), F_GETFL) | O_NONBLOCK);
     for (;;) {
-      auto n = ::read(*fd, buf, sizeof(buf));
+      auto n = ::read(fd->get(), buf, sizeof(buf));
       if (n < 0 && errno == EINTR)
         continue;
       if (n <= 0)
@@ -108,8 +107,7 @@ void drain(child& c) {
       acc.append(buf, static_cast<std::size_t>(n));
     }
     flush_lines(c, acc, is_out ? STDOUT_FILENO : STDERR_FILENO, true);
-    ::close(*fd);
-    *fd = -1;
+    fd->reset();
   }
 }
 

@@ -108,7 +108,7 @@ bool spawn(child& c, const std::vector<std::string>& argv) {
   opts.death_signal = SIGTERM;
   // Its own group: stopping the node reaches whatever it started.
   opts.new_process_group = true;
-  opts.pass_fd = c.listen_fd;
+  opts.pass_fd = c.listen_fd.get();
   if (c.restarts > 0)
     opts.env.push_back("DICE_RESTART_COUNT=" + std::to_string(c.restarts));
   auto p = forks ? forks->fork(opts) : dice::process::spawn(opts);
@@ -117,8 +117,8 @@ bool spawn(child& c, const std::vector<std::string>& argv) {
     return false;
   }
   c.pid = p.pid;
-  c.out_fd = p.out;
-  c.err_fd = p.err;
+  c.out_fd = std::move(p.out);
+  c.err_fd = std::move(p.err);
   return true;
 }
 

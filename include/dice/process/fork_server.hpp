@@ -9,6 +9,7 @@
 // spawned ones. Plain POSIX, like spawn.hpp.
 
 #include "dice/process/spawn.hpp"
+#include "dice/process/unique_fd.hpp"
 
 #include <sys/types.h>
 
@@ -29,7 +30,7 @@ inline constexpr const char* fork_server_env = "DICE_FORK_SERVER";
 /// process has one thread (DICE_MAIN does).
 void serve_forks_if_asked(int& argc, char**& argv);
 
-/// The launcher's end of a fork server.
+/// The launcher's end of a fork server; move-only.
 class fork_client {
  public:
   /// Starts `program` as a fork server (its own process group; it dies with
@@ -53,7 +54,7 @@ class fork_client {
   }
 
  private:
-  int fd_ = -1;
+  unique_fd fd_;
   pid_t pid_ = -1;
 };
 

@@ -5,6 +5,8 @@
 // child inherits only its own stdout/stderr and no other child's pipe.
 // Plain POSIX: dice-launch uses it without CAF or LibTorch.
 
+#include "dice/process/unique_fd.hpp"
+
 #include <sys/types.h>
 
 #include <string>
@@ -46,14 +48,14 @@ struct spawn_options {
   int pass_fd = -1;
 };
 
-/// A started child. The parent owns the read ends (O_CLOEXEC).
+/// A started child. The parent owns the read ends (O_CLOEXEC); move-only.
 struct child {
   /// Process id; -1 if it could not be started.
   pid_t pid = -1;
-  /// Read end of stdout (or of stdout+stderr); -1 without capture.
-  int out = -1;
-  /// Read end of stderr with capture::separate; -1 otherwise.
-  int err = -1;
+  /// Read end of stdout (or of stdout+stderr); none without capture.
+  unique_fd out;
+  /// Read end of stderr with capture::separate; none otherwise.
+  unique_fd err;
   /// errno of the failure when pid is -1 (ENOENT: no such program, ...).
   int error = 0;
 };
