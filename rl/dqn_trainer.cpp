@@ -371,7 +371,10 @@ struct dqn_train_state {
                    {{"lag_min", total.low()},
                     {"lag_mean", lag_mean},
                     {"lag_max", total.max}},
-                   "policy lag:        min " + std::to_string(total.low())
+                   "learner:           " + std::to_string(ctx.train_iter)
+                     + " gradient steps, replay "
+                     + std::to_string(learner.buffer().size())
+                     + "\npolicy lag:        min " + std::to_string(total.low())
                      + ", mean " + fixed(lag_mean, 2) + ", max "
                      + std::to_string(total.max) + " model versions\n");
     if (group && group->member().rank_zero_lost())
