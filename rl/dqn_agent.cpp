@@ -161,7 +161,9 @@ dqn_agent::dqn_agent(node_setup& n, const dqn_run_config& cfg)
       log::warning(n.id(),
                    "restart " + std::to_string(n.restarts())
                      + ": no checkpoint in " + cfg.out
-                     + ", so this learner starts without one");
+                     + ", so this learner starts without one: fresh "
+                       "weights, train_iter 0, env_step 0, env_episode 0, "
+                       "empty replay buffer");
     }
   }
   auto outputs = cfg.outputs(cfg.title);

@@ -415,8 +415,15 @@ dqn_trainer(q_network net, const dqn_run_options& opts,
   m.attach = [st](node_services& svc) {
     st->svc = &svc;
     st->node = svc.node_id();
-    if (st->opts.resume)
+    if (st->opts.resume) {
+      auto& from = st->out->resumed();
+      log::info(st->node,
+                "resuming from " + st->out->path("latest.pt") + " (env_step "
+                  + std::to_string(from.env_step) + ", train_iter "
+                  + std::to_string(from.train_iter) + ", env_episode "
+                  + std::to_string(from.env_episode) + ")");
       st->restore();
+    }
     if (st->group)
       st->group->verify(
         st->opts.verify_every,
