@@ -124,4 +124,38 @@ TEST(PpoCluster, DataBeyondMaxLagIsDroppedAndCountedInARealRun) {
   EXPECT_GT(sum.value("grad_steps", 0), 0);
 }
 
+TEST(PpoCluster, ResumeContinuesFromTheLastCheckpoint) {
+  scratch out{"dice_ppo_resume"};
+  std::vector<std::string> common{"--seed=2",
+                                  "--stop-value=1000",
+                                  "--max-seconds=0",
+                                  "--eval-every=1000",
+                                  "--quiet",
+                                  "--no-plot",
+                                  "--out=" + out.dir.string()};
+  auto first = common;
+  first.push_back("--max-env-steps=3000");
+  ASSERT_EQ(run_ppo(first, cartpole), 0);
+  auto latest = read_json_file(out.dir / "latest.json");
+  auto steps = latest.value("env_step", std::int64_t{0});
+  auto iters = latest.value("train_iter", std::int64_t{0});
+  ASSERT_GE(steps, 3000);
+  ASSERT_GT(iters, 0);
+  auto lines = read_json_lines(out.dir / "metrics.jsonl").size();
+  // The resumed run counts on from the checkpoint's counters, appends to
+  // the metrics and stops at the combined budget.
+  auto second = common;
+  second.push_back("--resume");
+  second.push_back("--max-env-steps=" + std::to_string(steps + 3000));
+  ASSERT_EQ(run_ppo(second, cartpole), 0);
+  auto sum = read_json_file(out.dir / "summary.json");
+  std::cout << sum.dump() << std::endl;
+  EXPECT_EQ(sum.value("resumed_env_steps", std::int64_t{-1}), steps);
+  EXPECT_GE(sum.value("env_steps", std::int64_t{0}), steps + 3000);
+  EXPECT_GT(sum.value("train_iters", std::int64_t{0}), iters);
+  EXPECT_GT(read_json_lines(out.dir / "metrics.jsonl").size(), lines);
+  auto after = read_json_file(out.dir / "latest.json");
+  EXPECT_GE(after.value("env_step", std::int64_t{0}), steps + 3000);
+}
+
 } // namespace
