@@ -48,7 +48,7 @@ caf::expected<ppo_agent_options> ppo_agent_options_of(const run_config& cfg,
 namespace {
 
 // The spaces of the env the factory makes first.
-std::pair<space, space> spaces_of(const vector_env::factory& make_env) {
+std::pair<space, space> ppo_spaces_of(const vector_env::factory& make_env) {
   auto e = make_env ? make_env(0) : nullptr;
   if (!e)
     throw std::runtime_error("the env factory made no env");
@@ -57,10 +57,10 @@ std::pair<space, space> spaces_of(const vector_env::factory& make_env) {
 
 // The initial network, the same on every node: torch's generator is global,
 // so seeding and building happen under one lock.
-actor_critic initial_net(const ppo_agent_options& opts,
-                         const vector_env::factory& make_env) {
+actor_critic ppo_initial_net(const ppo_agent_options& opts,
+                             const vector_env::factory& make_env) {
   static std::mutex mtx;
-  auto [obs, act] = spaces_of(make_env);
+  auto [obs, act] = ppo_spaces_of(make_env);
   std::lock_guard<std::mutex> guard{mtx};
   torch::manual_seed(opts.seed);
   auto net = make_actor_critic(obs, act, opts.net);
@@ -69,9 +69,9 @@ actor_critic initial_net(const ppo_agent_options& opts,
   return *net;
 }
 
-middleware evaluate(const std::shared_ptr<run_outputs>& out, actor_critic net,
-                    const ppo_agent_options& opts,
-                    const vector_env::factory& make_env, bool on_learner) {
+middleware ppo_evaluate(const std::shared_ptr<run_outputs>& out,
+                        actor_critic net, const ppo_agent_options& opts,
+                        const vector_env::factory& make_env, bool on_learner) {
   eval_hooks hooks;
   hooks.make_env = make_env;
   hooks.act = [net](const torch::Tensor& obs) mutable {
@@ -100,7 +100,7 @@ void use_ppo(node_setup& n, const ppo_agent_options& opts,
   if (opts.train.max_seconds > 0)
     n.deadline(std::chrono::duration_cast<caf::timespan>(
       std::chrono::duration<double>(opts.train.max_seconds + 120)));
-  auto net = initial_net(opts, make_env);
+  auto net = ppo_initial_net(opts, make_env);
   auto out = run_outputs::of(n, opts.outputs);
   use_exchangers(n, model_port_of(net.ptr()), opts.models);
   switch (n.role()) {
@@ -110,11 +110,11 @@ void use_ppo(node_setup& n, const ppo_agent_options& opts,
       n.use(ppo_trainer(net, train, out));
       // Without an evaluator node the learner evaluates.
       if (!n.cluster_has(role::evaluator))
-        n.use(evaluate(out, net, opts, make_env, true));
+        n.use(ppo_evaluate(out, net, opts, make_env, true));
       break;
     }
     case role::evaluator:
-      n.use(evaluate(out, net, opts, make_env, false));
+      n.use(ppo_evaluate(out, net, opts, make_env, false));
       break;
     case role::collector: {
       auto collect = opts.collect;
@@ -143,7 +143,7 @@ std::optional<int> ppo_eval_only(const run_config& cfg, const ppo_cli& ppo,
     if (!opts)
       throw std::runtime_error(render(opts.error()));
     torch::set_num_threads(static_cast<int>(cfg.threads));
-    auto net = initial_net(*opts, make_env);
+    auto net = ppo_initial_net(*opts, make_env);
     if (auto err = load_checkpoint(net, cfg.eval_only))
       throw std::runtime_error(render(err));
     auto returns = play_greedy(make_env, static_cast<int>(cfg.eval_episodes),

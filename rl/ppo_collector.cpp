@@ -42,7 +42,7 @@ namespace {
 
 using clock_type = std::chrono::steady_clock;
 
-struct collector_state {
+struct ppo_collector_state {
   actor_critic net{nullptr};
   vector_env::factory make_env;
   ppo_collector_options opts;
@@ -148,7 +148,7 @@ middleware ppo_collector(actor_critic net, vector_env::factory make_env,
                          std::shared_ptr<ppo_collector_stats> stats) {
   if (opts.envs < 1 || opts.steps < 1)
     throw std::invalid_argument("ppo_collector: envs and steps must be >= 1");
-  auto st = std::make_shared<collector_state>();
+  auto st = std::make_shared<ppo_collector_state>();
   st->net = std::move(net);
   st->make_env = std::move(make_env);
   st->opts = opts;

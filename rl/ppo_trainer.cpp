@@ -19,7 +19,7 @@ namespace {
 
 using clock_type = std::chrono::steady_clock;
 
-struct trainer_state {
+struct ppo_trainer_state {
   ppo_trainer_options opts;
   ppo_learner learner;
   std::shared_ptr<run_outputs> out;
@@ -37,7 +37,7 @@ struct trainer_state {
   std::int64_t last_lag_count = 0;
   double last_lag_sum = 0;
 
-  trainer_state(actor_critic net, ppo_trainer_options o)
+  ppo_trainer_state(actor_critic net, ppo_trainer_options o)
     : opts(o), learner(std::move(net), o.ppo, o.seed * 31 + 7) {
     // nop
   }
@@ -201,7 +201,7 @@ middleware ppo_trainer(actor_critic net, ppo_trainer_options opts,
       if (auto err = load_checkpoint(net, path))
         throw std::runtime_error(render(err));
   }
-  auto st = std::make_shared<trainer_state>(std::move(net), opts);
+  auto st = std::make_shared<ppo_trainer_state>(std::move(net), opts);
   st->out = std::move(out);
   st->stats = std::move(stats);
   middleware m;
