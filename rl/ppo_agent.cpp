@@ -89,6 +89,21 @@ middleware ppo_evaluate(const std::shared_ptr<run_outputs>& out,
   return evaluator(out, std::move(hooks), opts.eval);
 }
 
+// "PPO CartPole-v1: 3 collectors x 4 envs x 64 steps, GAE targets, ...".
+std::string describe(const node_setup& n, const ppo_agent_options& opts) {
+  auto& p = opts.ppo;
+  return opts.outputs.title + ": " + std::to_string(n.collectors())
+    + " collectors x " + std::to_string(opts.collect.envs) + " envs x "
+    + std::to_string(opts.collect.steps) + " steps, "
+    + (p.vtrace ? "V-trace" : "GAE") + " targets"
+    + (p.max_lag >= 0 ? ", max lag " + std::to_string(p.max_lag) : "")
+    + (opts.models.periodical ? ", model period "
+           + std::to_string(opts.models.period) + ", stale toleration "
+           + std::to_string(opts.models.stale_toleration)
+                              : "")
+    + ", seed " + std::to_string(opts.seed) + ", out " + opts.outputs.out;
+}
+
 } // namespace
 
 void use_ppo(node_setup& n, const ppo_agent_options& opts,
@@ -102,6 +117,8 @@ void use_ppo(node_setup& n, const ppo_agent_options& opts,
       std::chrono::duration<double>(opts.train.max_seconds + 120)));
   auto net = ppo_initial_net(opts, make_env);
   auto out = run_outputs::of(n, opts.outputs);
+  if (n.role() == role::learner && n.restarts() == 0)
+    log::info(n.id(), describe(n, opts));
   use_exchangers(n, model_port_of(net.ptr()), opts.models);
   switch (n.role()) {
     case role::learner: {
