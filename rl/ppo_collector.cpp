@@ -1,6 +1,7 @@
 // PPO's collector middleware and its checkpoints (see ppo_agent.hpp).
 
 #include "dice/core/errc.hpp"
+#include "dice/logging/log.hpp"
 #include "dice/pipeline/node_services.hpp"
 #include "dice/rl/files.hpp"
 #include "dice/rl/ppo_agent.hpp"
@@ -56,6 +57,8 @@ struct ppo_collector_state {
   std::vector<float> obs;
   torch::Tensor low, high;
   std::vector<double> recent_returns;
+  // Env failures logged so far (the vector_env counts them all).
+  std::uint64_t errors_logged = 0;
   // The first iteration writes a line at once.
   clock_type::time_point last_metrics{};
 
@@ -124,6 +127,15 @@ struct ppo_collector_state {
   }
 
   void report(const context& ctx) {
+    // A failed env was ended and reset (env_error_policy::reset_env): the
+    // run goes on, the user learns which env failed where.
+    if (envs->errors() > errors_logged) {
+      log::warning(svc->node_id(),
+                   std::to_string(envs->errors() - errors_logged)
+                     + " env failure(s), the last: "
+                     + render(envs->last_error()));
+      errors_logged = envs->errors();
+    }
     if (!out)
       return;
     auto now = clock_type::now();
@@ -136,7 +148,8 @@ struct ppo_collector_state {
                   {"env_episode", ctx.env_episode},
                   {"train_return_mean", number(mean)},
                   {"model_version", acting_version(ctx)},
-                  {"train_iter", ctx.train_iter}});
+                  {"train_iter", ctx.train_iter},
+                  {"env_errors", envs->errors()}});
   }
 };
 

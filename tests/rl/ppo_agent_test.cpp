@@ -218,6 +218,40 @@ TEST_F(PpoAgent, BoxActionsAreClippedOnlyOnTheEnvsCopy) {
     EXPECT_EQ(steps->reward[t], (*got)[t * 2]);
 }
 
+TEST_F(PpoAgent, AThrowingEnvIsCountedResetAndTheCollectorGoesOn) {
+  // Env 1 throws at the 2nd step of each episode; env 0 never does.
+  class flaky : public scripted_env {
+   public:
+    explicit flaky(bool throws)
+      : scripted_env(false, 3, nullptr), throws_(throws) {}
+    dice::step_result step(const dice::action_view& a, float* obs) override {
+      if (throws_ && ++n_ % 2 == 0)
+        throw std::runtime_error("flaky step");
+      return scripted_env::step(a, obs);
+    }
+
+   private:
+    bool throws_;
+    int n_ = 0;
+  };
+  dice::rl::ppo_collector_options o;
+  o.envs = 2;
+  o.steps = 4;
+  auto stats = std::make_shared<dice::rl::ppo_collector_stats>();
+  dice::pipeline p;
+  p.use(dice::rl::ppo_collector(
+    make_net(false),
+    [](std::size_t i) {
+      return std::make_unique<flaky>(i == 1);
+    },
+    o, nullptr, stats));
+  run_node(std::move(p), dice::role::collector, 2);
+  EXPECT_EQ(stats->iterations, 2);
+  EXPECT_EQ(stats->env_errors, 4);
+  // Env 0's episodes (3 steps each) are whole; env 1's end at each failure.
+  EXPECT_GE(stats->episodes, 2 + 4);
+}
+
 TEST_F(PpoAgent, CollectorAndTrainerOnOneNodeLearnABandit) {
   // One step per episode; Discrete action 1 pays 1, action 0 nothing.
   class bandit : public scripted_env {
