@@ -178,6 +178,15 @@ dqn_agent::dqn_agent(node_setup& n, const dqn_run_config& cfg)
       "--out="
     + cfg.out;
   auto shape = dqn_env_shape(opts_.make_env);
+  if (n.role() == role::learner && n.index() == 0)
+    log::info(n.id(),
+              cfg.title + ": " + std::to_string(n.learners()) + " learner(s), "
+                + std::to_string(n.collectors()) + " collector(s) x "
+                + std::to_string(opts_.envs_per_collector) + " envs, "
+                + (cfg.models.periodical ? "periodical" : "per-iteration")
+                + " model exchange, obs " + std::to_string(shape->first)
+                + ", actions " + std::to_string(shape->second) + ", seed "
+                + std::to_string(opts_.seed) + ", out " + cfg.out);
   // Same seed, same construction: every node starts from the learner's
   // weights.
   torch::manual_seed(opts_.seed);

@@ -126,6 +126,7 @@ caf::expected<middleware> dqn_collector(q_network net,
          {"env_episode", ctx.env_episode},
          {"train_return_mean", number(take_mean(st->recent_returns))},
          {"epsilon", eps},
+         {"env_errors", st->envs.errors()},
          {"model_version", ctx.model_version},
          {"train_iter", ctx.train_iter}});
     }
