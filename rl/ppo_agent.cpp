@@ -7,6 +7,7 @@
 #include "dice/rl/exchange.hpp"
 #include "dice/torch/model.hpp"
 
+#include <fstream>
 #include <iostream>
 #include <mutex>
 #include <stdexcept>
@@ -119,11 +120,19 @@ void use_ppo(node_setup& n, const ppo_agent_options& opts,
   auto out = run_outputs::of(n, opts.outputs);
   if (n.role() == role::learner && n.restarts() == 0)
     log::info(n.id(), describe(n, opts));
+  // --resume, or a node started again: every node starts from the last
+  // checkpoint rather than the seed's weights (the learner in ppo_trainer).
+  bool resume = opts.train.resume || out->options().resume || n.restarts() > 0;
+  auto latest = out->path("latest.pt");
+  if (resume && n.role() != role::learner && std::ifstream{latest}.good())
+    if (auto err = load_checkpoint(net, latest))
+      log::warning(n.id(), "starting from the seed's weights: " + render(err));
   use_exchangers(n, model_port_of(net.ptr()), opts.models);
   switch (n.role()) {
     case role::learner: {
       auto train = opts.train;
       train.ppo = opts.ppo;
+      train.resume = resume;
       n.use(ppo_trainer(net, train, out));
       // Without an evaluator node the learner evaluates.
       if (!n.cluster_has(role::evaluator))

@@ -196,7 +196,8 @@ caf::expected<ppo_agent_options> ppo_agent_options_of(const run_config& cfg,
 /// actor_critic::mode, best.pt, stop at the stop value with a trained
 /// model), or a collector's ppo_collector; every node's outputs come from
 /// run_outputs::of. Every node builds the same initial weights from
-/// `opts.seed`; the spaces come from make_env(0). Throws
+/// `opts.seed`; the spaces come from make_env(0). With --resume, or when
+/// the node was started again, every node starts from OUT/latest.pt. Throws
 /// std::runtime_error for unusable spaces or outputs (dice::run reports it
 /// as the node's build error). A learner group (--learners > 1) is refused.
 void use_ppo(node_setup& n, const ppo_agent_options& opts,
