@@ -193,4 +193,25 @@ std::optional<int> ppo_eval_only(const run_config& cfg, const ppo_cli& ppo,
   }
 }
 
+ppo_run_config::ppo_run_config() {
+  ppo.add_to(custom_options_);
+}
+
+std::optional<int> ppo_run_config::run_instead(caf::actor_system&) const {
+  auto opts = make_env
+    ? ppo_agent_options_of(*this, ppo, title)
+    : caf::expected<ppo_agent_options>{make_error(
+      errc::invalid_config, "the program sets no environment (make_env)")};
+  if (!opts) {
+    std::cerr << dice::render(opts.error()) << '\n';
+    return 2;
+  }
+  torch::set_num_threads(static_cast<int>(threads));
+  return ppo_eval_only(*this, ppo, make_env);
+}
+
+void use_ppo(node_setup& n, const ppo_run_config& cfg) {
+  use_ppo(n, cfg, cfg.ppo, cfg.make_env, cfg.title);
+}
+
 } // namespace dice::rl

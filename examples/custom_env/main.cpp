@@ -76,31 +76,24 @@ class point_goal : public dice::env {
   float pos_[2] = {0, 0}, vel_[2] = {0, 0}, goal_[2] = {0, 0};
 };
 
-/// Environment i of a collector (or of an evaluation).
-std::unique_ptr<dice::env> make_env(std::size_t) {
-  return std::make_unique<point_goal>();
-}
-
 /// The program's options: dice::rl's common ones (seed, collectors, limits,
-/// output folder, ...) and PPO's (--lr, --epochs, --vtrace, ...).
-struct config : dice::rl::run_config {
-  dice::rl::ppo_cli ppo;
+/// output folder, ...), PPO's (--lr, --epochs, --vtrace, ...) and the env.
+struct config : dice::rl::ppo_run_config {
   config() {
+    make_env = [](std::size_t) {
+      return std::make_unique<point_goal>();
+    };
+    title = "PPO PointGoal";
     out = "runs/custom_env";
     stop_value = -15; // the goal reached and held from about step 20
-    ppo.add_to(custom_options_);
-  }
-  /// --eval-only=FILE plays greedy episodes with a checkpoint instead.
-  std::optional<int> run_instead(caf::actor_system&) const override {
-    return dice::rl::ppo_eval_only(*this, ppo, make_env);
   }
 };
 
 } // namespace
 
 int main(int argc, char** argv) {
-  return dice::run<config>(
-    argc, argv, [](dice::node_setup& n, const config& cfg) {
-      dice::rl::use_ppo(n, cfg, cfg.ppo, make_env, "PPO PointGoal");
-    });
+  return dice::run<config>(argc, argv,
+                           [](dice::node_setup& n, const config& cfg) {
+                             dice::rl::use_ppo(n, cfg);
+                           });
 }

@@ -20,17 +20,14 @@
 
 namespace {
 
-/// Collector i's CartPole (seeded when its vector_env is reset).
-std::unique_ptr<dice::env> make_cartpole(std::size_t) {
-  return std::make_unique<dice::envs::cartpole>();
-}
-
 /// The RL options (seed, limits, outputs, evaluation, envs, model exchange)
 /// and PPO's, with this example's defaults.
-struct config : dice::rl::run_config {
-  dice::rl::ppo_cli ppo;
-
+struct config : dice::rl::ppo_run_config {
   config() {
+    make_env = [](std::size_t) { // seeded when its vector_env is reset
+      return std::make_unique<dice::envs::cartpole>();
+    };
+    title = "PPO CartPole-v1";
     out = "runs/ppo_cartpole";
     max_env_steps = 300000;
     max_seconds = 120;
@@ -43,20 +40,14 @@ struct config : dice::rl::run_config {
     models.stale_toleration = 2;
     opt_group{custom_options_, "global"}.add(steps_per_collect, "steps",
                                              "steps per env per segment (64)");
-    ppo.add_to(custom_options_);
-  }
-
-  /// --eval-only=FILE plays greedy episodes with a checkpoint instead.
-  std::optional<int> run_instead(caf::actor_system&) const override {
-    return dice::rl::ppo_eval_only(*this, ppo, make_cartpole);
   }
 };
 
 } // namespace
 
 int main(int argc, char** argv) {
-  return dice::run<config>(
-    argc, argv, [](dice::node_setup& n, const config& cfg) {
-      dice::rl::use_ppo(n, cfg, cfg.ppo, make_cartpole, "PPO CartPole-v1");
-    });
+  return dice::run<config>(argc, argv,
+                           [](dice::node_setup& n, const config& cfg) {
+                             dice::rl::use_ppo(n, cfg);
+                           });
 }

@@ -7,16 +7,16 @@
 //
 // A user program with its own environment (Discrete or Box actions):
 //
-//   struct config : dice::rl::run_config {
-//     dice::rl::ppo_cli ppo;
-//     config() { ppo.add_to(custom_options_); }
+//   struct config : dice::rl::ppo_run_config {
+//     config() {
+//       make_env = [](std::size_t) { return std::make_unique<my_env>(); };
+//       title = "PPO my-env";
+//     }
 //   };
 //   int main(int argc, char** argv) {
 //     return dice::run<config>(argc, argv,
 //       [](dice::node_setup& n, const config& cfg) {
-//         dice::rl::use_ppo(n, cfg, cfg.ppo, [](std::size_t) {
-//           return std::make_unique<my_env>();
-//         }, "PPO my-env");
+//         dice::rl::use_ppo(n, cfg);
 //       });
 //   }
 //
@@ -215,5 +215,31 @@ void use_ppo(node_setup& n, const run_config& cfg, const ppo_cli& ppo,
 /// is empty, so a config's run_instead can return it directly.
 std::optional<int> ppo_eval_only(const run_config& cfg, const ppo_cli& ppo,
                                  const vector_env::factory& make_env);
+
+/// The options of a PPO program: the common RL options, PPO's (ppo_cli),
+/// the environment and the run's title. The program sets `make_env` and
+/// `title` in its constructor and may change any default (see the top of
+/// this header).
+class ppo_run_config : public run_config {
+ public:
+  /// Registers PPO's options.
+  ppo_run_config();
+
+  /// PPO's hyper-parameters.
+  ppo_cli ppo;
+  /// Makes environment i of a collector's batch or of an evaluation.
+  vector_env::factory make_env;
+  /// Title of the plot, the progress line and the summary.
+  std::string title = "PPO";
+
+  /// Checks the options (exit code 2 naming the bad one), sets LibTorch's
+  /// threads and, with --eval-only, plays greedy episodes with that
+  /// checkpoint (ppo_eval_only); nullopt: run the nodes.
+  std::optional<int> run_instead(caf::actor_system& sys) const override;
+};
+
+/// use_ppo with the options, environment and title of `cfg`; throws
+/// std::runtime_error for a bad option.
+void use_ppo(node_setup& n, const ppo_run_config& cfg);
 
 } // namespace dice::rl
