@@ -92,7 +92,7 @@ caf::expected<dqn_run_options> dqn_run_config::resolve() const {
 std::optional<int> dqn_run_config::run_instead(caf::actor_system&) const {
   auto opts = resolve();
   if (!opts) {
-    std::cerr << render(opts.error()) << '\n';
+    std::cerr << dice::render(opts.error()) << '\n';
     return 2;
   }
   torch::set_num_threads(static_cast<int>(threads));
@@ -101,7 +101,8 @@ std::optional<int> dqn_run_config::run_instead(caf::actor_system&) const {
   auto shape = dqn_env_shape(make_env);
   q_network net{shape->first, shape->second, opts->algo.hidden};
   if (auto err = load_q_network(net, eval_only)) {
-    std::cerr << "cannot load " << eval_only << ": " << render(err) << '\n';
+    std::cerr << "cannot load " << eval_only << ": " << dice::render(err)
+              << '\n';
     return 1;
   }
   net->eval();
@@ -111,7 +112,7 @@ std::optional<int> dqn_run_config::run_instead(caf::actor_system&) const {
                                return net->forward(obs).argmax(1);
                              });
   if (!returns) {
-    std::cerr << render(returns.error()) << '\n';
+    std::cerr << dice::render(returns.error()) << '\n';
     return 1;
   }
   double sum = 0;

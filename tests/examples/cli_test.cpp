@@ -85,6 +85,21 @@ TEST(ProgramOptions, DqnCartpoleReadsTheValueAfterTheOption) {
     << r.text;
 }
 
+TEST(ProgramOptions, ABadValueReadsAsDicesErrorNotCafsTuple) {
+  // A config's member function sees actor_system_config::render, which
+  // prints error(9, 'dice', (...)); dice::render prints the errc's name.
+  for (auto prog : {"dqn_cartpole", "ppo_cartpole", "custom_env"}) {
+    if (!std::filesystem::exists(bin_dir + prog))
+      GTEST_SKIP() << prog << " not built (the sanitizer build)";
+    auto r = run({bin_dir + prog, "--lr=-1"});
+    EXPECT_EQ(r.code, 2) << prog << ": " << r.text;
+    EXPECT_EQ(r.text.rfind("invalid_config: ", 0), 0u)
+      << prog << ": " << r.text;
+    EXPECT_EQ(r.text.find("error("), std::string::npos)
+      << prog << ": " << r.text;
+  }
+}
+
 TEST(ProgramOptions, DqnCartpoleNamesAnUnknownOption) {
   if (!std::filesystem::exists(bin_dir + "dqn_cartpole"))
     GTEST_SKIP() << "dqn_cartpole not built (the sanitizer build)";
