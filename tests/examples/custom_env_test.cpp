@@ -39,8 +39,12 @@ constexpr double learned = -30.0;
 /// needs on 2 cores with room to spare, and the stop value that ends the
 /// run early once learned.
 std::vector<std::string> budget(const scratch& out) {
-  return {"--seed=1",          "--max-env-steps=150000", "--eval-every=10",
-          "--stop-value=-25",  "--quiet",                "--no-plot",
+  return {"--seed=1",
+          "--max-env-steps=150000",
+          "--eval-every=10",
+          "--stop-value=-25",
+          "--quiet",
+          "--no-plot",
           "--out=" + out.dir.string()};
 }
 
@@ -77,8 +81,9 @@ TEST(CustomEnv, LearnsInOneProcess) {
 TEST(CustomEnv, LearnsAsSixProcessesUnderDiceLaunch) {
   scratch out{"dice_custom_env_mp"};
   auto args = budget(out);
-  args.insert(args.begin(), {bin_dir + "dice-launch", "--workers", "6", "--",
-                             bin_dir + "custom_env"});
+  args.insert(args.begin(),
+              {bin_dir + "dice-launch", "--workers", "6", "--",
+               bin_dir + "custom_env"});
   child_process run{args};
   auto rc = run.wait_exit(170s);
   ASSERT_TRUE(rc) << run.text();
