@@ -80,6 +80,7 @@ caf::expected<dqn_run_options> dqn_run_config::resolve() const {
   x.seed = static_cast<std::uint64_t>(seed);
   x.envs_per_collector = static_cast<std::size_t>(envs_per_collector);
   x.steps_per_collect = steps_per_collect;
+  x.env = env_options();
   x.max_env_steps = max_env_steps;
   x.max_seconds = max_seconds;
   x.checkpoint_every = checkpoint_every;

@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <random>
+#include <stdexcept>
 #include <vector>
 
 namespace dice::rl {
@@ -24,7 +25,8 @@ caf::expected<middleware> dqn_collector(q_network net,
   if (opts.envs_per_collector < 1 || opts.steps_per_collect < 1)
     return make_error(errc::invalid_config,
                       "dqn_collector: needs at least one env and one step");
-  auto envs = vector_env::make(opts.envs_per_collector, opts.make_env);
+  auto envs = vector_env::make(opts.envs_per_collector, opts.make_env,
+                               opts.env);
   if (!envs)
     return envs.error();
   if (!envs->action_space().is_discrete())
@@ -91,13 +93,11 @@ caf::expected<middleware> dqn_collector(q_network net,
     for (std::int64_t t = 0; t < opts.steps_per_collect; ++t) {
       st->obs = st->envs.obs();
       auto actions = epsilon_greedy_actions(st->net, st->obs, eps, st->rng);
-      if (auto err = st->envs.step(actions)) {
-        // env_error_policy::stop: this collector cannot go on.
-        log::error(st->node, "collector stops: " + render(err));
-        if (st->svc != nullptr && !st->svc->finished())
-          st->svc->request_finish("error: " + render(err));
-        break;
-      }
+      if (auto err = st->envs.step(actions))
+        // env_error_policy::stop: the node fails with the error, as the PPO
+        // collector's does (and a supervisor may restart it); the steps of
+        // this iteration were never counted, so nothing counted is lost.
+        throw std::runtime_error("an env failed: " + render(err));
       auto& e = st->envs;
       if (auto err = st->acc.add(st->obs.data(), actions.data(),
                                  e.rewards().data(), e.final_obs().data(),

@@ -29,6 +29,7 @@ caf::expected<ppo_agent_options> ppo_agent_options_of(const run_config& cfg,
   x.seed = static_cast<std::uint64_t>(cfg.seed);
   x.collect.envs = cfg.envs_per_collector;
   x.collect.steps = cfg.steps_per_collect;
+  x.collect.env = cfg.env_options();
   x.collect.seed = x.seed;
   x.train.ppo = x.ppo;
   x.train.seed = x.seed;

@@ -31,6 +31,8 @@ run_config::run_config() {
     .add(layers, "layers", "hidden layers of the networks")
     .add(checkpoint_every, "checkpoint-every",
          "seconds between the learner's checkpoints")
+    .add(on_env_error, "on-env-error",
+         "a failing env: reset it and go on, or stop the collector")
     .add(models.periodical, "periodical",
          "collectors take models through the periodical model exchanger")
     .add(models.period, "model-period",
@@ -51,6 +53,13 @@ outputs_options run_config::outputs(std::string title) const {
   x.progress = !quiet;
   x.plot = !no_plot;
   x.resume = resume;
+  return x;
+}
+
+vector_env_options run_config::env_options() const {
+  vector_env_options x;
+  x.on_error = on_env_error == "stop" ? env_error_policy::stop
+                                      : env_error_policy::reset_env;
   return x;
 }
 
@@ -77,6 +86,8 @@ caf::error run_config::validate() const {
     return bad("--eval-episodes must be 1..100000");
   if (eval_every < 1)
     return bad("--eval-every must be at least 1");
+  if (on_env_error != "reset" && on_env_error != "stop")
+    return bad("--on-env-error must be reset or stop");
   if (threads < 1)
     return bad("--threads must be at least 1");
   if (models.period < 1 || models.stale_toleration < 1)

@@ -117,6 +117,65 @@ TEST(DqnCollector, FillsOneStampedBatchOfOneStepTransitions) {
   EXPECT_EQ(ctx.env_step, 20);
 }
 
+/// counting_env whose env 1 throws on its 2nd step of every episode.
+class throwing_env : public counting_env {
+ public:
+  using counting_env::counting_env;
+  dice::step_result step(const dice::action_view& a, float* obs) override {
+    if (++n_ % 2 == 0)
+      throw std::runtime_error("motor overheated");
+    return counting_env::step(a, obs);
+  }
+
+ private:
+  int n_ = 0;
+};
+
+dqn_run_options flaky_options(dice::env_error_policy on_error) {
+  auto o = counting_options(1);
+  o.make_env = [](std::size_t i) -> std::unique_ptr<dice::env> {
+    if (i == 1)
+      return std::make_unique<throwing_env>(1.0f, 3);
+    return std::make_unique<counting_env>(0.0f, 3);
+  };
+  o.env.on_error = on_error;
+  return o;
+}
+
+TEST(DqnCollector, AFailingEnvIsResetAndTheCollectorGoesOn) {
+  q_network net{2, 3, {8}};
+  auto m = dqn_collector(net, flaky_options(dice::env_error_policy::reset_env),
+                         nullptr, 7, 1);
+  ASSERT_TRUE(m) << dice::render(m.error());
+  dice::context ctx;
+  m->before(ctx);
+  m->before(ctx);
+  // Every step of both envs counts (a failed step ends its env's episode).
+  EXPECT_EQ(ctx.env_step, 20);
+  auto batches = dice::unpack<transition_batch>(ctx.trajectories);
+  ASSERT_TRUE(batches);
+  EXPECT_FALSE(validate((*batches)[0]));
+}
+
+TEST(DqnCollector, WithStopAFailingEnvFailsTheCollectorNamingTheEnv) {
+  q_network net{2, 3, {8}};
+  auto m = dqn_collector(net, flaky_options(dice::env_error_policy::stop),
+                         nullptr, 7, 1);
+  ASSERT_TRUE(m) << dice::render(m.error());
+  dice::context ctx;
+  try {
+    m->before(ctx);
+    FAIL() << "the collector went on after a failed env";
+  } catch (const std::runtime_error& e) {
+    std::string what = e.what();
+    EXPECT_NE(what.find("motor overheated"), std::string::npos) << what;
+    EXPECT_NE(what.find("env 1"), std::string::npos) << what;
+  }
+  // Nothing of the failed iteration was counted or sent.
+  EXPECT_EQ(ctx.env_step, 0);
+  EXPECT_TRUE(ctx.trajectories.empty());
+}
+
 TEST(DqnCollector, SumsNStepRewards) {
   auto opts = counting_options(2);
   q_network net{2, 3, {8}};

@@ -65,7 +65,9 @@ TEST(RlRunConfig, ReadsEveryCommonOption) {
                    "--stale-toleration",
                    "6",
                    "--collectors",
-                   "5"}),
+                   "5",
+                   "--on-env-error",
+                   "stop"}),
             -1);
   EXPECT_EQ(cfg.seed, 3);
   EXPECT_EQ(cfg.out, "runs/x");
@@ -81,6 +83,7 @@ TEST(RlRunConfig, ReadsEveryCommonOption) {
   EXPECT_EQ(cfg.models.period, 2);
   EXPECT_EQ(cfg.models.stale_toleration, 6);
   EXPECT_EQ(cfg.hidden_sizes(), (std::vector<std::int64_t>{32, 32, 32}));
+  EXPECT_EQ(cfg.env_options().on_error, dice::env_error_policy::stop);
   auto o = cfg.outputs("T");
   EXPECT_EQ(o.out, "runs/x");
   EXPECT_EQ(o.title, "T");
@@ -113,6 +116,7 @@ TEST(RlRunConfig, BadValuesAreNamed) {
   bad({"--eval-every=0"}, "--eval-every");
   bad({"--threads", "0"}, "--threads");
   bad({"--stale-toleration", "0"}, "--stale-toleration");
+  bad({"--on-env-error=ignore"}, "--on-env-error");
 }
 
 TEST(RlRunConfig, AnUnknownOptionStopsTheProgram) {

@@ -49,6 +49,8 @@ struct dqn_run_options {
   std::size_t envs_per_collector = 8;
   /// Steps of every environment per collector iteration.
   std::int64_t steps_per_collect = 16;
+  /// The collectors' vector_env settings (what a failing env does).
+  vector_env_options env;
   /// The learner finishes the run after this many env steps (0: never).
   std::int64_t max_env_steps = 0;
   /// The learner finishes the run after this many seconds (0: never).

@@ -6,6 +6,7 @@
 // hyper-parameters as options (`add_options`). Every option reads
 // `--name value` or `--name=value` (dice::run).
 
+#include "dice/env/vector_env.hpp"
 #include "dice/rl/dqn.hpp"
 #include "dice/rl/evaluator.hpp"
 #include "dice/rl/outputs.hpp"
@@ -72,6 +73,11 @@ class run_config : public dice::run_config {
   std::int64_t hidden = 64, layers = 2;
   /// --checkpoint-every: seconds between the learner's checkpoints.
   double checkpoint_every = 10;
+  /// --on-env-error: "reset" ends a failing env's episode, resets it and
+  /// the collector goes on (the failure is logged and counted); "stop"
+  /// fails the collector's node with the error, which ends the run unless
+  /// --dice.max-restarts (or dice-launch --max-restarts) restarts it.
+  std::string on_env_error = "reset";
   /// --periodical, --model-period, --stale-toleration.
   model_exchange_options models;
 
@@ -83,6 +89,9 @@ class run_config : public dice::run_config {
 
   /// The evaluator's settings.
   eval_options eval() const;
+
+  /// The collectors' vector_env settings (--on-env-error).
+  vector_env_options env_options() const;
 
   /// Checks the options; errc::invalid_config names the bad one.
   caf::error validate() const;
