@@ -2,7 +2,6 @@
 
 #include "dice/core/errc.hpp"
 #include "dice/rl/network.hpp"
-#include "dice/torch/checkpoint.hpp"
 #include "dice/torch/model.hpp"
 
 #include <algorithm>
@@ -121,17 +120,11 @@ std::vector<std::int64_t> epsilon_greedy_actions(q_network& net,
 // -- files --------------------------------------------------------------------
 
 caf::error save_q_network(q_network& net, const std::string& path) {
-  auto snap = to_snapshot(*net);
-  if (!snap)
-    return snap.error();
-  return save_pytorch_checkpoint(*snap, path);
+  return save_module(*net, path);
 }
 
 caf::error load_q_network(q_network& net, const std::string& path) {
-  auto snap = load_pytorch_checkpoint(path);
-  if (!snap)
-    return snap.error();
-  return load_snapshot(*net, *snap);
+  return load_module(*net, path);
 }
 
 } // namespace dice::rl

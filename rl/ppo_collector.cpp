@@ -6,7 +6,6 @@
 #include "dice/rl/files.hpp"
 #include "dice/rl/ppo_agent.hpp"
 #include "dice/rl/segment_builder.hpp"
-#include "dice/torch/checkpoint.hpp"
 #include "dice/torch/model.hpp"
 
 #include <algorithm>
@@ -24,16 +23,11 @@ std::int64_t acting_version(const context& ctx) noexcept {
 }
 
 caf::error save_checkpoint(actor_critic& net, const std::string& path) {
-  auto snap = to_snapshot(*net);
-  if (!snap)
-    return snap.error();
-  return save_pytorch_checkpoint(*snap, path);
+  return save_module(*net, path);
 }
 
 caf::error load_checkpoint(actor_critic& net, const std::string& path) {
-  auto snap = load_pytorch_checkpoint(path);
-  auto err = snap ? load_snapshot(*net, *snap) : snap.error();
-  if (err)
+  if (auto err = load_module(*net, path))
     return make_error(errc::invalid_config,
                       "cannot load " + path + ": " + render(err));
   return caf::none;

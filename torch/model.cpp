@@ -1,6 +1,7 @@
 #include "dice/torch/model.hpp"
 
 #include "dice/core/errc.hpp"
+#include "dice/torch/checkpoint.hpp"
 
 #include <torch/torch.h>
 
@@ -171,6 +172,20 @@ caf::error torch_model::load(const model_snapshot& x) {
 std::shared_ptr<torch_model>
 model_port_of(std::shared_ptr<torch::nn::Module> module) {
   return std::make_shared<torch_model>(std::move(module));
+}
+
+caf::error save_module(const torch::nn::Module& m, const std::string& path) {
+  auto snap = to_snapshot(m);
+  if (!snap)
+    return snap.error();
+  return save_pytorch_checkpoint(*snap, path);
+}
+
+caf::error load_module(torch::nn::Module& m, const std::string& path) {
+  auto snap = load_pytorch_checkpoint(path);
+  if (!snap)
+    return snap.error();
+  return load_snapshot(m, *snap);
 }
 
 } // namespace dice

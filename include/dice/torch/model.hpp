@@ -12,6 +12,7 @@
 
 #include <memory>
 #include <mutex>
+#include <string>
 
 namespace dice {
 
@@ -29,6 +30,16 @@ caf::expected<model_snapshot> to_snapshot(const torch::nn::Module& m);
 /// Loads `x` into `m`. Every name, shape and dtype is checked first: on any
 /// mismatch nothing is written and `errc::model_mismatch` says what differs.
 caf::error load_snapshot(torch::nn::Module& m, const model_snapshot& x);
+
+/// Writes `m`'s parameters and buffers to `path` as a checkpoint PyTorch's
+/// `torch.load` reads (a dict of tensors), via a temporary file and a rename.
+caf::error save_module(const torch::nn::Module& m, const std::string& path);
+
+/// Loads a checkpoint of `m`'s layout (save_module's, or a state_dict that
+/// `torch.save` wrote) into `m`: a missing file is errc::storage_missing, a
+/// corrupt one errc::malformed_input, another layout errc::model_mismatch,
+/// and then `m` is unchanged.
+caf::error load_module(torch::nn::Module& m, const std::string& path);
 
 /// A model port for a LibTorch module. Training code that runs outside the
 /// role actor (another thread) holds `lock()` during an optimizer step so
