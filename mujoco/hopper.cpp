@@ -84,7 +84,7 @@ constexpr int hopper_nq = 6;
 constexpr int hopper_nv = 6;
 constexpr int hopper_nu = 3;
 
-mujoco_model checked(mujoco_model m) {
+mujoco_model checked_hopper(mujoco_model m) {
   if (!m)
     throw std::invalid_argument("hopper: no model");
   if (m->nq != hopper_nq || m->nv != hopper_nv || m->nu != hopper_nu)
@@ -120,7 +120,7 @@ hopper::hopper(std::uint64_t seed, hopper_params params)
 }
 
 hopper::hopper(mujoco_model model, std::uint64_t seed, hopper_params params)
-  : model_(checked(std::move(model))), data_(make_mujoco_data(model_)),
+  : model_(checked_hopper(std::move(model))), data_(make_mujoco_data(model_)),
     params_(params), rng_(seed) {
   mj_forward(model_.get(), data_.get());
 }
