@@ -19,7 +19,11 @@ namespace {
 // - capsules torso 1.45-1.05 m (r 0.05), thigh 1.05-0.6 (r 0.05), leg
 //   0.6-0.1 (r 0.04), foot from x -0.13 to 0.26 at 0.1 (r 0.06); masses and
 //   inertias from the geoms at MuJoCo's default density 1000 kg/m^3
-//   (inertiafromgeom);
+//   (inertiafromgeom). MuJoCo 2.2.2 makes them 3.665, 4.058, 2.781 and
+//   5.316 kg (exact capsule volumes); the masses quoted for gymnasium's
+//   Hopper (3.534, 3.927, 2.714, 5.089 kg) are those of cylinders of length
+//   L + r: a MuJoCo that computes capsules so has a ~4 % lighter hopper (not
+//   checked which versions do);
 // - root: slide x, slide z (ref 1.25: qpos[1] is the torso's height), hinge
 //   y, unlimited and undamped; hinges thigh and leg -150..0 deg, foot
 //   -45..45 deg, armature 1, damping 1;
