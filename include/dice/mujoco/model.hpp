@@ -1,0 +1,45 @@
+#pragma once
+
+// Loading MuJoCo models (MJCF) for dice's environments. A parsed mjModel is
+// read-only while stepping, so envs share one through a shared_ptr and each
+// owns its mjData. The header names MuJoCo's structs without including
+// <mujoco/mujoco.h>: users of the envs need not see MuJoCo's API.
+
+#include "caf/expected.hpp"
+
+#include <memory>
+#include <string>
+
+struct mjModel_;
+struct mjData_;
+
+namespace dice::envs {
+
+/// A parsed MuJoCo model, shared by the envs that step it.
+using mujoco_model = std::shared_ptr<const mjModel_>;
+
+/// Deletes an mjData with mj_deleteData.
+struct mujoco_data_deleter {
+  /// mj_deleteData(d).
+  void operator()(mjData_* d) const noexcept;
+};
+
+/// One env's simulation state.
+using mujoco_data = std::unique_ptr<mjData_, mujoco_data_deleter>;
+
+/// Parses the MJCF file at `path`. Errors (invalid_config) name the file and
+/// carry mj_loadXML's message, for a missing file as for a malformed one.
+caf::expected<mujoco_model> load_mujoco_model(const std::string& path);
+
+/// Parses MJCF held in memory; `name` stands for the file in errors.
+caf::expected<mujoco_model> parse_mujoco_model(const std::string& xml,
+                                               const std::string& name);
+
+/// A fresh mjData for `model` (mj_makeData); throws std::bad_alloc if MuJoCo
+/// cannot allocate it.
+mujoco_data make_mujoco_data(const mujoco_model& model);
+
+/// MuJoCo's version string, e.g. "2.2.2".
+std::string mujoco_version();
+
+} // namespace dice::envs

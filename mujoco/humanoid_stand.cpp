@@ -1,0 +1,121 @@
+#include "dice/mujoco/humanoid_stand.hpp"
+
+#include <mujoco/mujoco.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+
+namespace dice::envs {
+
+namespace {
+
+mujoco_model checked_humanoid(mujoco_model m) {
+  if (!m)
+    throw std::invalid_argument("humanoid_stand: no model");
+  if (m->njnt < 1 || m->jnt_type[0] != mjJNT_FREE || m->nu < 1)
+    throw std::invalid_argument(
+      "humanoid_stand: the model needs a free root joint and actuators");
+  return m;
+}
+
+} // namespace
+
+humanoid_stand::humanoid_stand(mujoco_model model, std::uint64_t seed,
+                               humanoid_stand_params params)
+  : model_(checked_humanoid(std::move(model))), data_(make_mujoco_data(model_)),
+    params_(params), rng_(seed), nu_(model_->nu) {
+  mj_forward(model_.get(), data_.get());
+}
+
+humanoid_stand::~humanoid_stand() = default;
+
+std::string humanoid_stand::name() const {
+  return "HumanoidStand-dice";
+}
+
+space humanoid_stand::observation_space() const {
+  auto inf = std::numeric_limits<float>::infinity();
+  return space::box({model_->nq - 2 + model_->nv}, -inf, inf);
+}
+
+space humanoid_stand::action_space() const {
+  std::vector<float> low(nu_);
+  std::vector<float> high(nu_);
+  for (int i = 0; i < nu_; ++i) {
+    low[i] = static_cast<float>(model_->actuator_ctrlrange[2 * i]);
+    high[i] = static_cast<float>(model_->actuator_ctrlrange[2 * i + 1]);
+  }
+  if (std::all_of(low.begin(), low.end(),
+                  [&](float x) {
+                    return x == low[0];
+                  })
+      && std::all_of(high.begin(), high.end(), [&](float x) {
+           return x == high[0];
+         }))
+    return space::box({nu_}, low[0], high[0]);
+  return space::box(std::move(low), std::move(high));
+}
+
+std::int64_t humanoid_stand::max_episode_steps() const {
+  return params_.max_episode_steps;
+}
+
+double humanoid_stand::torso_height() const noexcept {
+  return data_->qpos[2];
+}
+
+void humanoid_stand::reset(std::optional<std::uint64_t> seed, float* obs) {
+  if (seed)
+    rng_.seed(*seed);
+  auto* m = model_.get();
+  auto* d = data_.get();
+  mj_resetData(m, d);
+  std::uniform_real_distribution<double> noise{-params_.reset_noise_scale,
+                                               params_.reset_noise_scale};
+  for (int i = 0; i < m->nq; ++i)
+    d->qpos[i] += noise(rng_);
+  for (int i = 0; i < m->nv; ++i)
+    d->qvel[i] += noise(rng_);
+  // The free joint's orientation is the unit quaternion qpos[3..6].
+  mju_normalize4(d->qpos + 3);
+  mj_forward(m, d);
+  observe(obs);
+}
+
+step_result humanoid_stand::step(const action_view& a, float* obs) {
+  if (a.values == nullptr || a.size != static_cast<std::size_t>(nu_))
+    throw std::invalid_argument("humanoid_stand: needs " + std::to_string(nu_)
+                                + " action values, got "
+                                + std::to_string(a.size));
+  auto* m = model_.get();
+  auto* d = data_.get();
+  double sq = 0;
+  for (int i = 0; i < nu_; ++i) {
+    auto u = static_cast<double>(a.values[i]);
+    if (!std::isfinite(u))
+      throw std::invalid_argument("humanoid_stand: action[" + std::to_string(i)
+                                  + "] is not finite");
+    d->ctrl[i] = u;
+    sq += u * u;
+  }
+  for (int i = 0; i < params_.frame_skip; ++i)
+    mj_step(m, d);
+  auto z = torso_height();
+  auto up = std::clamp(
+    (z - params_.fall_z) / (params_.stand_z - params_.fall_z), 0.0, 1.0);
+  auto reward = up - params_.ctrl_cost_weight * sq / nu_;
+  observe(obs);
+  return {static_cast<float>(reward), z < params_.fall_z, false};
+}
+
+void humanoid_stand::observe(float* obs) const noexcept {
+  const auto* d = data_.get();
+  for (int i = 2; i < model_->nq; ++i)
+    *obs++ = static_cast<float>(d->qpos[i]);
+  for (int i = 0; i < model_->nv; ++i)
+    *obs++ = static_cast<float>(d->qvel[i]);
+}
+
+} // namespace dice::envs
