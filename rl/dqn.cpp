@@ -46,12 +46,20 @@ q_network_impl::q_network_impl(std::int64_t obs_dim, std::int64_t num_actions,
   // The layers go in under their own names ("0", "1", ...) rather than
   // the Sequential under one: the state_dict then reads like PyTorch's
   // nn.Sequential ("0.weight"), not "layers.0.weight".
-  for (auto& kvp : layers_->named_children())
+  for (auto& kvp : layers_->named_children()) {
     register_module(kvp.key(), kvp.value());
+    if (auto linear = std::dynamic_pointer_cast<torch::nn::LinearImpl>(
+          kvp.value()))
+      linears_.emplace_back(linear);
+  }
 }
 
 torch::Tensor q_network_impl::forward(torch::Tensor x) {
-  return layers_->forward(std::move(x));
+  // mlp's layers: Linear, ReLU, ..., Linear (the same ops as the
+  // Sequential's forward, so the same results bit for bit).
+  for (std::size_t i = 0; i + 1 < linears_.size(); ++i)
+    x = torch::relu(linears_[i]->forward(x));
+  return linears_.back()->forward(x);
 }
 
 // -- targets ------------------------------------------------------------------

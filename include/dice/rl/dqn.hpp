@@ -102,6 +102,9 @@ class q_network_impl : public torch::nn::Module {
   std::int64_t num_actions_;
   std::vector<std::int64_t> hidden_;
   torch::nn::Sequential layers_;
+  // The Sequential's Linear layers, called directly: its type-erased
+  // forward cost about 4 % of a DQN run's env steps/s.
+  std::vector<torch::nn::Linear> linears_;
 };
 
 /// Shared handle of a q_network_impl (as TORCH_MODULE makes, plus a
