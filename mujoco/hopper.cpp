@@ -141,22 +141,7 @@ space hopper::observation_space() const {
 }
 
 space hopper::action_space() const {
-  std::vector<float> low(hopper_nu);
-  std::vector<float> high(hopper_nu);
-  for (int i = 0; i < hopper_nu; ++i) {
-    low[i] = static_cast<float>(model_->actuator_ctrlrange[2 * i]);
-    high[i] = static_cast<float>(model_->actuator_ctrlrange[2 * i + 1]);
-  }
-  // One bound for all: print as gymnasium's Box(-1.0, 1.0, (3,), float32).
-  if (std::all_of(low.begin(), low.end(),
-                  [&](float x) {
-                    return x == low[0];
-                  })
-      && std::all_of(high.begin(), high.end(), [&](float x) {
-           return x == high[0];
-         }))
-    return space::box({hopper_nu}, low[0], high[0]);
-  return space::box(std::move(low), std::move(high));
+  return actuator_space(*model_);
 }
 
 std::int64_t hopper::max_episode_steps() const {
@@ -170,36 +155,15 @@ double hopper::dt() const noexcept {
 void hopper::reset(std::optional<std::uint64_t> seed, float* obs) {
   if (seed)
     rng_.seed(*seed);
-  auto* m = model_.get();
-  auto* d = data_.get();
-  mj_resetData(m, d); // qpos = qpos0 (init_qpos), qvel = 0, ctrl = 0
-  std::uniform_real_distribution<double> noise{-params_.reset_noise_scale,
-                                               params_.reset_noise_scale};
-  // All of qpos first, then qvel, as gymnasium draws them.
-  for (int i = 0; i < m->nq; ++i)
-    d->qpos[i] += noise(rng_);
-  for (int i = 0; i < m->nv; ++i)
-    d->qvel[i] += noise(rng_);
-  mj_forward(m, d);
+  reset_with_noise(*model_, *data_, params_.reset_noise_scale, rng_);
+  mj_forward(model_.get(), data_.get());
   observe(obs);
 }
 
 step_result hopper::step(const action_view& a, float* obs) {
-  if (a.values == nullptr || a.size != static_cast<std::size_t>(hopper_nu))
-    throw std::invalid_argument("hopper: needs 3 action values, got "
-                                + std::to_string(a.size));
   auto* m = model_.get();
   auto* d = data_.get();
-  double ctrl_cost = 0;
-  for (int i = 0; i < hopper_nu; ++i) {
-    auto u = static_cast<double>(a.values[i]);
-    if (!std::isfinite(u))
-      throw std::invalid_argument("hopper: action[" + std::to_string(i)
-                                  + "] is not finite");
-    d->ctrl[i] = u; // MuJoCo clamps it to ctrlrange (ctrllimited)
-    ctrl_cost += u * u;
-  }
-  ctrl_cost *= params_.ctrl_cost_weight;
+  auto ctrl_cost = params_.ctrl_cost_weight * set_controls(*m, *d, a, "hopper");
   auto x_before = d->qpos[0];
   for (int i = 0; i < params_.frame_skip; ++i)
     mj_step(m, d);

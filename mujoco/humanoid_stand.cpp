@@ -41,21 +41,7 @@ space humanoid_stand::observation_space() const {
 }
 
 space humanoid_stand::action_space() const {
-  std::vector<float> low(nu_);
-  std::vector<float> high(nu_);
-  for (int i = 0; i < nu_; ++i) {
-    low[i] = static_cast<float>(model_->actuator_ctrlrange[2 * i]);
-    high[i] = static_cast<float>(model_->actuator_ctrlrange[2 * i + 1]);
-  }
-  if (std::all_of(low.begin(), low.end(),
-                  [&](float x) {
-                    return x == low[0];
-                  })
-      && std::all_of(high.begin(), high.end(), [&](float x) {
-           return x == high[0];
-         }))
-    return space::box({nu_}, low[0], high[0]);
-  return space::box(std::move(low), std::move(high));
+  return actuator_space(*model_);
 }
 
 std::int64_t humanoid_stand::max_episode_steps() const {
@@ -69,37 +55,17 @@ double humanoid_stand::torso_height() const noexcept {
 void humanoid_stand::reset(std::optional<std::uint64_t> seed, float* obs) {
   if (seed)
     rng_.seed(*seed);
-  auto* m = model_.get();
-  auto* d = data_.get();
-  mj_resetData(m, d);
-  std::uniform_real_distribution<double> noise{-params_.reset_noise_scale,
-                                               params_.reset_noise_scale};
-  for (int i = 0; i < m->nq; ++i)
-    d->qpos[i] += noise(rng_);
-  for (int i = 0; i < m->nv; ++i)
-    d->qvel[i] += noise(rng_);
+  reset_with_noise(*model_, *data_, params_.reset_noise_scale, rng_);
   // The free joint's orientation is the unit quaternion qpos[3..6].
-  mju_normalize4(d->qpos + 3);
-  mj_forward(m, d);
+  mju_normalize4(data_->qpos + 3);
+  mj_forward(model_.get(), data_.get());
   observe(obs);
 }
 
 step_result humanoid_stand::step(const action_view& a, float* obs) {
-  if (a.values == nullptr || a.size != static_cast<std::size_t>(nu_))
-    throw std::invalid_argument("humanoid_stand: needs " + std::to_string(nu_)
-                                + " action values, got "
-                                + std::to_string(a.size));
   auto* m = model_.get();
   auto* d = data_.get();
-  double sq = 0;
-  for (int i = 0; i < nu_; ++i) {
-    auto u = static_cast<double>(a.values[i]);
-    if (!std::isfinite(u))
-      throw std::invalid_argument("humanoid_stand: action[" + std::to_string(i)
-                                  + "] is not finite");
-    d->ctrl[i] = u;
-    sq += u * u;
-  }
+  auto sq = set_controls(*m, *d, a, "humanoid_stand");
   for (int i = 0; i < params_.frame_skip; ++i)
     mj_step(m, d);
   auto z = torso_height();

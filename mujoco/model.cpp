@@ -4,8 +4,12 @@
 
 #include <mujoco/mujoco.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <new>
+#include <stdexcept>
+#include <vector>
 
 namespace dice::envs {
 
@@ -72,6 +76,51 @@ mujoco_data make_mujoco_data(const mujoco_model& model) {
 
 std::string mujoco_version() {
   return mj_versionString();
+}
+
+space actuator_space(const mjModel_& m) {
+  std::vector<float> low(static_cast<std::size_t>(m.nu));
+  std::vector<float> high(low.size());
+  for (std::size_t i = 0; i < low.size(); ++i) {
+    low[i] = static_cast<float>(m.actuator_ctrlrange[2 * i]);
+    high[i] = static_cast<float>(m.actuator_ctrlrange[2 * i + 1]);
+  }
+  auto same = [](const std::vector<float>& xs) {
+    return std::all_of(xs.begin(), xs.end(), [&](float x) {
+      return x == xs.front();
+    });
+  };
+  if (!low.empty() && same(low) && same(high))
+    return space::box({m.nu}, low[0], high[0]);
+  return space::box(std::move(low), std::move(high));
+}
+
+void reset_with_noise(const mjModel_& m, mjData_& d, double scale,
+                      std::mt19937_64& rng) {
+  mj_resetData(&m, &d); // qpos = qpos0, qvel = 0, ctrl = 0
+  std::uniform_real_distribution<double> noise{-scale, scale};
+  for (int i = 0; i < m.nq; ++i)
+    d.qpos[i] += noise(rng);
+  for (int i = 0; i < m.nv; ++i)
+    d.qvel[i] += noise(rng);
+}
+
+double set_controls(const mjModel_& m, mjData_& d, const action_view& a,
+                    const std::string& env) {
+  if (a.values == nullptr || a.size != static_cast<std::size_t>(m.nu))
+    throw std::invalid_argument(env + ": needs " + std::to_string(m.nu)
+                                + " action values, got "
+                                + std::to_string(a.size));
+  double sq = 0;
+  for (int i = 0; i < m.nu; ++i) {
+    auto u = static_cast<double>(a.values[i]);
+    if (!std::isfinite(u))
+      throw std::invalid_argument(env + ": action[" + std::to_string(i)
+                                  + "] is not finite");
+    d.ctrl[i] = u; // MuJoCo clamps it to ctrlrange (ctrllimited)
+    sq += u * u;
+  }
+  return sq;
 }
 
 } // namespace dice::envs

@@ -5,9 +5,13 @@
 // owns its mjData. The header names MuJoCo's structs without including
 // <mujoco/mujoco.h>: users of the envs need not see MuJoCo's API.
 
+#include "dice/env/env.hpp"
+#include "dice/env/space.hpp"
+
 #include "caf/expected.hpp"
 
 #include <memory>
+#include <random>
 #include <string>
 
 struct mjModel_;
@@ -38,6 +42,24 @@ caf::expected<mujoco_model> parse_mujoco_model(const std::string& xml,
 /// A fresh mjData for `model` (mj_makeData); throws std::bad_alloc if MuJoCo
 /// cannot allocate it.
 mujoco_data make_mujoco_data(const mujoco_model& model);
+
+/// The action space of `m`'s actuators: their ctrlrange as a Box, printed
+/// with one bound (gymnasium's "Box(-1.0, 1.0, (3,), float32)") when all
+/// actuators share it.
+space actuator_space(const mjModel_& m);
+
+/// mj_resetData, then uniform(-scale, scale) noise added to all of qpos,
+/// then all of qvel, drawn from `rng` in that order (as gymnasium's MuJoCo
+/// envs draw it). mj_forward is the caller's: it may fix qpos first.
+void reset_with_noise(const mjModel_& m, mjData_& d, double scale,
+                      std::mt19937_64& rng);
+
+/// Writes the action `a` to d.ctrl (MuJoCo clamps it to ctrlrange) and
+/// returns the sum of its squares; throws std::invalid_argument, naming
+/// `env`, for another number of values than `m`'s actuators or a value that
+/// is not finite (vector_env turns it into an error value).
+double set_controls(const mjModel_& m, mjData_& d, const action_view& a,
+                    const std::string& env);
 
 /// MuJoCo's version string, e.g. "2.2.2".
 std::string mujoco_version();
