@@ -1,5 +1,7 @@
 #include "dice/mujoco/humanoid_stand.hpp"
 
+#include "dice/core/errc.hpp"
+
 #include <mujoco/mujoco.h>
 
 #include <algorithm>
@@ -20,7 +22,27 @@ mujoco_model checked_humanoid(mujoco_model m) {
   return m;
 }
 
+mujoco_model loaded_humanoid() {
+  auto m = humanoid_model();
+  if (!m)
+    throw std::runtime_error(render(m.error()));
+  return *m;
+}
+
 } // namespace
+
+caf::expected<mujoco_model> humanoid_model() {
+  // Loaded once (a static's initialization is thread-safe), error included:
+  // the file does not change while the process runs.
+  static const caf::expected<mujoco_model> model = load_mujoco_model(
+    humanoid_model_path);
+  return model;
+}
+
+humanoid_stand::humanoid_stand(std::uint64_t seed, humanoid_stand_params params)
+  : humanoid_stand(loaded_humanoid(), seed, params) {
+  // nop
+}
 
 humanoid_stand::humanoid_stand(mujoco_model model, std::uint64_t seed,
                                humanoid_stand_params params)

@@ -128,9 +128,13 @@ middleware evaluator(std::shared_ptr<run_outputs> out, eval_hooks hooks,
     if (ctx.last_eval_iter >= 0
         && ctx.train_iter - ctx.last_eval_iter < opts.every)
       return proceed;
-    auto returns = play_greedy(st->hooks.make_env, opts.episodes,
-                               opts.seed * 7 + 1000003 * ++st->evals,
-                               st->hooks.act);
+    double cpu = 0;
+    auto returns = [&] {
+      cpu_span span{cpu};
+      return play_greedy(st->hooks.make_env, opts.episodes,
+                         opts.seed * 7 + 1000003 * ++st->evals, st->hooks.act);
+    }();
+    out.add_cpu("evaluator", cpu);
     if (!returns) {
       log::error(node, "evaluation failed: " + render(returns.error()));
       ctx.last_eval_iter = ctx.train_iter;

@@ -8,13 +8,15 @@
 #include <iostream>
 #include <sstream>
 #include <stdexcept>
+#include <thread>
 
 namespace dice::rl {
 
 run_outputs::run_outputs(outputs_options opts, bool distributed,
                          std::uint32_t node)
   : opts_(std::move(opts)), distributed_(distributed), node_(node),
-    start_(std::chrono::steady_clock::now()) {
+    start_(std::chrono::steady_clock::now()),
+    cpu_start_(process_cpu_seconds()) {
   // nop
 }
 
@@ -135,6 +137,16 @@ void run_outputs::summarize(std::uint32_t node, json fields, std::string text) {
   slot.second += text;
 }
 
+void run_outputs::add_cpu(const std::string& component, double seconds) {
+  std::lock_guard<std::mutex> guard{mtx_};
+  cpu_[component] += seconds;
+}
+
+cpu_components run_outputs::cpu() const {
+  std::lock_guard<std::mutex> guard{mtx_};
+  return cpu_;
+}
+
 namespace {
 
 // The report the summary describes: this node's in a cluster, else the
@@ -179,6 +191,24 @@ json run_outputs::summary(const run_result& result) const {
   j["resumed_env_steps"] = resume_.env_step;
   for (auto& [node, extra] : extra_)
     j.update(extra.first);
+  if (!cpu_.empty()) {
+    // What the nodes measured, against what the process used and what the
+    // machine had: the unmeasured CPU is dice's (exchangers, codecs,
+    // segments, actors, outputs), the unused share idle.
+    auto process = process_cpu_seconds() - cpu_start_;
+    double measured = 0;
+    json c = json::object();
+    for (auto& [name, secs_in] : cpu_) {
+      c[name] = secs_in;
+      measured += secs_in;
+    }
+    auto cores = std::max(1u, std::thread::hardware_concurrency());
+    c["dice_and_rest"] = std::max(0.0, process - measured);
+    c["process"] = process;
+    c["idle"] = std::max(0.0, secs * cores - process);
+    c["cores"] = cores;
+    j["cpu_seconds"] = c;
+  }
   j["stop_reason"] = rep->stop_reason;
   j["failed"] = result.failed;
   return j;
@@ -233,6 +263,24 @@ void run_outputs::finish(const run_result& result) {
     std::lock_guard<std::mutex> guard{mtx_};
     for (auto& [id, extra] : extra_)
       os << extra.second;
+  }
+  if (j.contains("cpu_seconds")) {
+    // Shares of wall time x cores, in the order a reader compares them.
+    auto& c = j["cpu_seconds"];
+    auto cores = c["cores"].get<unsigned>();
+    auto total = std::max(result.seconds, 1e-9) * cores;
+    os << "cpu:               " << cores << " cores x "
+       << fixed(result.seconds, 1) << " s:";
+    const char* sep = " ";
+    for (auto& name : {"env", "inference", "learner", "evaluator",
+                       "dice_and_rest", "idle"}) {
+      if (!c.contains(name))
+        continue;
+      os << sep << (std::string{name} == "dice_and_rest" ? "dice" : name) << " "
+         << fixed(100.0 * c[name].get<double>() / total, 0) << "%";
+      sep = ", ";
+    }
+    os << "\n";
   }
   os << "wall time:         " << fixed(result.seconds, 2) << " s\n"
      << "outputs in " << opts_.out << "\n";

@@ -55,6 +55,8 @@ struct ppo_collector_state {
   std::uint64_t errors_logged = 0;
   // The first iteration writes a line at once.
   clock_type::time_point last_metrics{};
+  // Thread CPU seconds of this iteration in the envs and the policy.
+  double env_cpu = 0, inference_cpu = 0;
 
   // Makes and resets the envs on the first iteration: errors fail the node.
   void start() {
@@ -91,21 +93,29 @@ struct ppo_collector_state {
     obs = v.obs();
     auto x = torch::from_blob(obs.data(),
                               {n, static_cast<std::int64_t>(v.obs_dim())});
-    auto r = net->act(x, gen);
-    auto actions = r.actions.contiguous();
-    auto logp = r.log_prob.to(torch::kFloat).contiguous();
-    auto value = r.value.to(torch::kFloat).contiguous();
-    caf::error err;
-    step_arrays s;
-    if (net->discrete()) {
-      s.discrete_actions = actions.data_ptr<std::int64_t>();
-      err = v.step(s.discrete_actions);
-    } else {
+    torch::Tensor actions, logp, value, clipped;
+    {
+      cpu_span span{inference_cpu};
+      auto r = net->act(x, gen);
+      actions = r.actions.contiguous();
+      logp = r.log_prob.to(torch::kFloat).contiguous();
+      value = r.value.to(torch::kFloat).contiguous();
       // The env gets the action clipped to its bounds, the learner the one
       // sampled (its log-probability is that of the sample).
-      s.box_actions = actions.data_ptr<float>();
-      auto clipped = torch::max(torch::min(actions, high), low).contiguous();
-      err = v.step(clipped.data_ptr<float>());
+      if (!net->discrete())
+        clipped = torch::max(torch::min(actions, high), low).contiguous();
+    }
+    caf::error err;
+    step_arrays s;
+    {
+      cpu_span span{env_cpu};
+      if (net->discrete()) {
+        s.discrete_actions = actions.data_ptr<std::int64_t>();
+        err = v.step(s.discrete_actions);
+      } else {
+        s.box_actions = actions.data_ptr<float>();
+        err = v.step(clipped.data_ptr<float>());
+      }
     }
     if (err)
       throw std::runtime_error(render(err));
@@ -132,6 +142,9 @@ struct ppo_collector_state {
     }
     if (!out)
       return;
+    out->add_cpu("env", env_cpu);
+    out->add_cpu("inference", inference_cpu);
+    env_cpu = inference_cpu = 0;
     auto now = clock_type::now();
     if (now - last_metrics < std::chrono::duration<double>(opts.metrics_every))
       return;

@@ -221,8 +221,14 @@ middleware ppo_trainer(actor_critic net, ppo_trainer_options opts,
     if (!ctx.trajectories.empty()) {
       // This iteration's weights have seen `total_step` learner
       // iterations: the version the lag is measured against.
-      auto res = st->learner.learn(ctx.trajectories, ctx.trajectory_end_idx,
-                                   ctx.total_step);
+      double cpu = 0;
+      auto res = [&] {
+        cpu_span span{cpu};
+        return st->learner.learn(ctx.trajectories, ctx.trajectory_end_idx,
+                                 ctx.total_step);
+      }();
+      if (st->out)
+        st->out->add_cpu("learner", cpu);
       if (!res) {
         log::error(st->node(),
                    "refused a merged batch: " + render(res.error()));

@@ -65,6 +65,18 @@ std::vector<float> run(humanoid_stand& env, std::uint64_t seed, int steps) {
   return out;
 }
 
+TEST(HumanoidStand, TheDefaultConstructorLoadsTheShippedModelOnce) {
+  REQUIRE_HUMANOID();
+  auto m = humanoid_model();
+  ASSERT_TRUE(m) << dice::render(m.error());
+  // Parsed once per process: every env steps the same mjModel.
+  EXPECT_EQ(humanoid_model()->get(), m->get());
+  humanoid_stand a, b{7};
+  EXPECT_EQ(a.model().get(), m->get());
+  EXPECT_EQ(b.model().get(), m->get());
+  EXPECT_EQ(a.action_space().to_string(), "Box(-1.0, 1.0, (21,), float32)");
+}
+
 TEST(HumanoidStand, ASeedReproducesATrajectoryBitExactly) {
   REQUIRE_HUMANOID();
   humanoid_stand a{humanoid(), 1};

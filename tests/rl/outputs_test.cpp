@@ -8,9 +8,12 @@
 #include "support/files.hpp"
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 
 namespace {
 
@@ -244,3 +247,79 @@ TEST(RunOutputs, AResumedRunStartsFromTheSavedCounters) {
 }
 
 } // namespace
+
+namespace {
+
+// Burns about `secs` of this thread's CPU (the result keeps the loop).
+double burn(double secs) {
+  auto until = dice::rl::thread_cpu_seconds() + secs;
+  double x = 1;
+  while (dice::rl::thread_cpu_seconds() < until)
+    for (int i = 0; i < 1000; ++i)
+      x = x * 1.0000001 + 1e-9;
+  return x;
+}
+
+} // namespace
+
+TEST(CpuTime, ASpanCountsTheThreadsCpuNotTheTimeItWaits) {
+  double busy = 0, waiting = 0;
+  {
+    dice::rl::cpu_span span{busy};
+    EXPECT_GT(burn(0.05), 0);
+  }
+  {
+    // A wait that ends by its deadline: no CPU of this thread.
+    dice::rl::cpu_span span{waiting};
+    std::mutex mtx;
+    std::condition_variable cv;
+    std::unique_lock<std::mutex> guard{mtx};
+    cv.wait_for(guard, std::chrono::milliseconds{100}, [] {
+      return false;
+    });
+  }
+  EXPECT_GE(busy, 0.05);
+  EXPECT_LT(waiting, 0.02);
+  EXPECT_GE(dice::rl::process_cpu_seconds(), busy);
+}
+
+TEST(RunOutputs, TheSummarySetsMeasuredCpuAgainstTheProcessAndWallTime) {
+  scratch out{"dice_rl_out_cpu"};
+  auto made = run_outputs::make(quiet_in(out.dir));
+  ASSERT_TRUE(made);
+  auto& o = **made;
+  double env = 0;
+  {
+    dice::rl::cpu_span span{env};
+    burn(0.05);
+  }
+  o.add_cpu("env", env);
+  o.add_cpu("learner", 0.01);
+  o.add_cpu("learner", 0.01);
+  dice::run_result r;
+  r.reports.push_back(learner_report(1000, 50));
+  r.seconds = 10;
+  auto j = o.summary(r);
+  ASSERT_TRUE(j.contains("cpu_seconds")) << j.dump();
+  auto& c = j["cpu_seconds"];
+  EXPECT_DOUBLE_EQ(c["env"].get<double>(), env);
+  EXPECT_DOUBLE_EQ(c["learner"].get<double>(), 0.02);
+  // What the process used besides the spans is dice's (here: the test's),
+  // what it did not use of 10 s x cores is idle.
+  auto process = c["process"].get<double>();
+  EXPECT_GE(process, env);
+  EXPECT_NEAR(c["dice_and_rest"].get<double>(),
+              std::max(0.0, process - env - 0.02), 1e-9);
+  auto cores = c["cores"].get<double>();
+  EXPECT_NEAR(c["idle"].get<double>(), 10 * cores - process, 1e-9);
+}
+
+TEST(RunOutputs, WithoutMeasuredCpuTheSummaryHasNoCpuFields) {
+  scratch out{"dice_rl_out_nocpu"};
+  auto made = run_outputs::make(quiet_in(out.dir));
+  ASSERT_TRUE(made);
+  dice::run_result r;
+  r.reports.push_back(learner_report(10, 1));
+  r.seconds = 1;
+  EXPECT_FALSE((*made)->summary(r).contains("cpu_seconds"));
+}

@@ -19,6 +19,11 @@ namespace dice::envs {
 inline constexpr const char* humanoid_model_path = "/usr/share/mujoco/model/"
                                                    "humanoid/humanoid.xml";
 
+/// The humanoid at humanoid_model_path, parsed once per process and shared;
+/// a missing or malformed file is an error naming it (load_mujoco_model),
+/// returned again on every call.
+caf::expected<mujoco_model> humanoid_model();
+
 /// The task's constants.
 struct humanoid_stand_params {
   /// Torso height (m) below which the humanoid has fallen: terminated.
@@ -43,6 +48,12 @@ struct humanoid_stand_params {
 /// ctrl_cost_weight * mean(a^2).
 class humanoid_stand : public env {
  public:
+  /// Steps humanoid_model(); throws std::runtime_error with its error when
+  /// the shipped model cannot be loaded (vector_env reports it as the
+  /// env's error).
+  explicit humanoid_stand(std::uint64_t seed = 0,
+                          humanoid_stand_params params = {});
+
   /// Steps `model`, which must start with a free joint (the torso's) and
   /// have actuators (std::invalid_argument otherwise).
   humanoid_stand(mujoco_model model, std::uint64_t seed,
@@ -77,6 +88,11 @@ class humanoid_stand : public env {
   /// MuJoCo's state, for tests.
   mjData_* data() const noexcept {
     return data_.get();
+  }
+
+  /// The model.
+  const mujoco_model& model() const noexcept {
+    return model_;
   }
 
  private:

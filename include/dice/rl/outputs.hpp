@@ -7,6 +7,7 @@
 // metrics-ID.jsonl and summary-ID.json; the node that evaluated writes the
 // plot.
 
+#include "dice/rl/cpu_time.hpp"
 #include "dice/rl/files.hpp"
 #include "dice/runtime/run.hpp"
 
@@ -109,6 +110,14 @@ class run_outputs {
   /// printed summary (the learner's lag, gradient steps, ...).
   void summarize(std::uint32_t node, json fields, std::string text = {});
 
+  /// Adds `seconds` of thread CPU time (cpu_span) to `component` ("env",
+  /// "inference", "learner", "evaluator"); the summary sets the components
+  /// against the process's CPU time and wall time x cores.
+  void add_cpu(const std::string& component, double seconds);
+
+  /// The CPU seconds added so far, by component.
+  cpu_components cpu() const;
+
   /// Writes the plot, the summary file and the printed summary for the
   /// nodes in `result` (dice::run calls it after the last node stopped).
   void finish(const run_result& result);
@@ -132,6 +141,10 @@ class run_outputs {
   double solve_seconds_ = -1;
   std::int64_t solve_env_steps_ = -1;
   std::map<std::uint32_t, std::pair<json, std::string>> extra_;
+  cpu_components cpu_;
+  // The process's CPU time when the outputs were made (LibTorch's loading
+  // and the actor system's start are not the run's).
+  double cpu_start_ = 0;
   std::optional<progress_line> progress_;
 };
 
