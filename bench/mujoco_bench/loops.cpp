@@ -5,7 +5,6 @@
 
 #include "bench_options.hpp"
 #include "mujoco_bench.hpp"
-
 #include <torch/torch.h>
 
 #include <chrono>
@@ -26,8 +25,8 @@ dice::rl::actor_critic make_policy(std::int64_t hidden, std::int64_t layers) {
   dice::rl::actor_critic_options opts;
   opts.hidden.assign(static_cast<std::size_t>(layers), hidden);
   torch::manual_seed(0);
-  return dice::rl::actor_critic{probe.observation_space(),
-                                probe.action_space(), opts};
+  return dice::rl::actor_critic{probe.observation_space(), probe.action_space(),
+                                opts};
 }
 
 std::int64_t state_bytes(dice::rl::actor_critic& net) {

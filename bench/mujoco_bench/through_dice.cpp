@@ -18,8 +18,18 @@ namespace {
 
 using clk = std::chrono::steady_clock;
 
-/// A model port that counts the bytes of the snapshots it takes (learner)
-/// and loads (collectors, evaluator): the model bytes each way.
+/// What every model port of this process did (in one process the learner
+/// prints the collectors' loads too).
+struct port_totals {
+  std::atomic<std::int64_t> taken{0}, loaded{0}, snapshots{0}, loads{0};
+  std::atomic<std::int64_t> snapshot_ns{0}, load_ns{0};
+};
+
+port_totals totals;
+
+/// A model port that counts and times the snapshots it takes (learner:
+/// state_dict to bytes) and loads (collectors, evaluator: bytes to the
+/// module): the model bytes each way and the two ends of an exchange.
 class counting_port : public dice::model_port {
  public:
   explicit counting_port(dice::model_port_ptr inner)
@@ -28,24 +38,31 @@ class counting_port : public dice::model_port {
   }
 
   caf::expected<dice::model_snapshot> snapshot() override {
+    auto t0 = clk::now();
     auto x = inner_->snapshot();
-    if (x)
-      taken += bytes_of(*x);
+    if (x) {
+      totals.snapshot_ns += ns_since(t0);
+      totals.snapshots += 1;
+      totals.taken += static_cast<std::int64_t>(x->data.size());
+    }
     return x;
   }
 
   caf::error load(const dice::model_snapshot& x) override {
+    auto t0 = clk::now();
     auto err = inner_->load(x);
-    if (!err)
-      loaded += bytes_of(x);
+    if (!err) {
+      totals.load_ns += ns_since(t0);
+      totals.loads += 1;
+      totals.loaded += static_cast<std::int64_t>(x.data.size());
+    }
     return err;
   }
 
-  std::atomic<std::int64_t> taken{0}, loaded{0};
-
  private:
-  static std::int64_t bytes_of(const dice::model_snapshot& x) {
-    return static_cast<std::int64_t>(x.data.size());
+  static std::int64_t ns_since(clk::time_point t0) {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(clk::now() - t0)
+      .count();
   }
 
   dice::model_port_ptr inner_;
@@ -78,7 +95,6 @@ struct window {
 
 struct learner_state {
   const config* cfg = nullptr;
-  std::shared_ptr<counting_port> port;
   std::int64_t model_state_bytes = 0;
   dice::node_services* svc = nullptr;
   clk::time_point start = clk::now();
@@ -87,9 +103,14 @@ struct learner_state {
   std::uint32_t collectors = 0;
 
   window now(const dice::context& ctx) const {
-    return {clk::now(), ctx.env_step, context_bytes, port->taken.load(), iters};
+    return {clk::now(), ctx.env_step, context_bytes, totals.taken.load(),
+            iters};
   }
 };
+
+double mean_ms(std::int64_t ns, std::int64_t n) {
+  return n > 0 ? static_cast<double>(ns) / static_cast<double>(n) / 1e6 : 0.0;
+}
 
 dice::middleware count_and_discard(std::shared_ptr<learner_state> st) {
   dice::middleware m;
@@ -114,7 +135,7 @@ dice::middleware count_and_discard(std::shared_ptr<learner_state> st) {
       st->w0 = st->now(ctx);
     if (st->w0 && !st->w1
         && clk::now() - st->w0->t
-             >= std::chrono::duration<double>(st->cfg->seconds)) {
+          >= std::chrono::duration<double>(st->cfg->seconds)) {
       st->w1 = st->now(ctx);
       st->svc->request_finish("measured");
     }
@@ -128,20 +149,22 @@ dice::middleware count_and_discard(std::shared_ptr<learner_state> st) {
     auto& a = *st->w0;
     auto& b = *st->w1;
     auto secs = std::chrono::duration<double>(b.t - a.t).count();
-    print_json({{"mode", "dice"},
-                {"role", "learner"},
-                {"collectors", st->collectors},
-                {"envs_per_collector", st->cfg->envs_per_collector},
-                {"hidden", st->cfg->hidden},
-                {"layers", st->cfg->layers},
-                {"model_bytes", st->model_state_bytes},
-                {"seconds", secs},
-                {"env_steps", b.env_step - a.env_step},
-                {"steps_per_s", (b.env_step - a.env_step) / secs},
-                {"learner_iters_per_s", (b.iters - a.iters) / secs},
-                {"context_bytes_in_per_s",
-                 (b.context_bytes - a.context_bytes) / secs},
-                {"model_bytes_out_per_s", (b.model_bytes - a.model_bytes) / secs}});
+    print_json(
+      {{"mode", "dice"},
+       {"role", "learner"},
+       {"collectors", st->collectors},
+       {"envs_per_collector", st->cfg->envs_per_collector},
+       {"hidden", st->cfg->hidden},
+       {"layers", st->cfg->layers},
+       {"model_bytes", st->model_state_bytes},
+       {"seconds", secs},
+       {"env_steps", b.env_step - a.env_step},
+       {"steps_per_s", (b.env_step - a.env_step) / secs},
+       {"learner_iters_per_s", (b.iters - a.iters) / secs},
+       {"context_bytes_in_per_s", (b.context_bytes - a.context_bytes) / secs},
+       {"model_bytes_out_per_s", (b.model_bytes - a.model_bytes) / secs},
+       {"snapshot_ms_mean", mean_ms(totals.snapshot_ns, totals.snapshots)},
+       {"load_ms_mean", mean_ms(totals.load_ns, totals.loads)}});
   };
   return m;
 }
@@ -149,28 +172,28 @@ dice::middleware count_and_discard(std::shared_ptr<learner_state> st) {
 } // namespace
 
 int dice_main(int argc, char** argv) {
-  return dice::run<config>(argc, argv, [](dice::node_setup& n,
-                                          const config& cfg) {
-    torch::set_num_threads(1);
-    auto net = make_policy(cfg.hidden, cfg.layers);
-    auto port = std::make_shared<counting_port>(dice::model_port_of(net.ptr()));
-    dice::rl::use_exchangers(n, port, cfg.models);
-    if (n.role() == dice::role::learner) {
-      auto st = std::make_shared<learner_state>();
-      st->cfg = &cfg;
-      st->port = port;
-      st->model_state_bytes = state_bytes(net);
-      st->collectors = n.collectors();
-      n.use(count_and_discard(st));
-    } else if (n.role() == dice::role::collector) {
-      dice::rl::ppo_collector_options opts;
-      opts.envs = cfg.envs_per_collector;
-      opts.steps = cfg.steps_per_collect;
-      opts.seed = static_cast<std::uint64_t>(cfg.seed) * 7919 + n.id();
-      n.use(dice::rl::ppo_collector(net, cfg.make_env, opts));
-    }
-    n.print_report(false);
-  });
+  return dice::run<config>(
+    argc, argv, [](dice::node_setup& n, const config& cfg) {
+      torch::set_num_threads(1);
+      auto net = make_policy(cfg.hidden, cfg.layers);
+      auto port = std::make_shared<counting_port>(
+        dice::model_port_of(net.ptr()));
+      dice::rl::use_exchangers(n, port, cfg.models);
+      if (n.role() == dice::role::learner) {
+        auto st = std::make_shared<learner_state>();
+        st->cfg = &cfg;
+        st->model_state_bytes = state_bytes(net);
+        st->collectors = n.collectors();
+        n.use(count_and_discard(st));
+      } else if (n.role() == dice::role::collector) {
+        dice::rl::ppo_collector_options opts;
+        opts.envs = cfg.envs_per_collector;
+        opts.steps = cfg.steps_per_collect;
+        opts.seed = static_cast<std::uint64_t>(cfg.seed) * 7919 + n.id();
+        n.use(dice::rl::ppo_collector(net, cfg.make_env, opts));
+      }
+      n.print_report(false);
+    });
 }
 
 } // namespace dice::bench::mujoco
