@@ -88,8 +88,7 @@ step_result humanoid_stand::step(const action_view& a, float* obs) {
   auto* m = model_.get();
   auto* d = data_.get();
   auto sq = set_controls(*m, *d, a, "humanoid_stand");
-  for (int i = 0; i < params_.frame_skip; ++i)
-    mj_step(m, d);
+  step_checked(*m, *d, params_.frame_skip, "humanoid_stand");
   auto z = torso_height();
   auto up = std::clamp(
     (z - params_.fall_z) / (params_.stand_z - params_.fall_z), 0.0, 1.0);

@@ -123,4 +123,22 @@ double set_controls(const mjModel_& m, mjData_& d, const action_view& a,
   return sq;
 }
 
+void step_checked(const mjModel_& m, mjData_& d, int frame_skip,
+                  const std::string& env) {
+  for (int i = 0; i < frame_skip; ++i)
+    mj_step(&m, &d);
+  // MuJoCo drops what does not fit and only counts it: a step that ran
+  // short of contact or constraint rows is not the model's physics.
+  auto full = [&](int w) {
+    return d.warning[w].number > 0;
+  };
+  if (full(mjWARN_CONTACTFULL) || full(mjWARN_CNSTRFULL))
+    throw std::runtime_error(
+      env + ": more contacts or constraints than the model's size allows ("
+      + std::to_string(d.ncon) + " contacts of nconmax "
+      + std::to_string(m.nconmax) + ", " + std::to_string(d.nefc)
+      + " constraint rows of njmax " + std::to_string(m.njmax)
+      + "); raise <size njmax nconmax> in its MJCF");
+}
+
 } // namespace dice::envs

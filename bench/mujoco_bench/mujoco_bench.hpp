@@ -39,7 +39,7 @@ std::int64_t state_bytes(dice::rl::actor_critic& net);
 /// `mujoco_bench sim|bare ...` (loops.cpp).
 int loops_main(int argc, char** argv);
 
-/// `mujoco_bench dice ...` (through_dice.cpp); argv[0] is "dice".
+/// `mujoco_bench dice ...` (through_dice.cpp), "dice" taken out of argv.
 int dice_main(int argc, char** argv);
 
 } // namespace dice::bench::mujoco

@@ -10,10 +10,12 @@
 #include <mujoco/mujoco.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <iostream>
 #include <memory>
 #include <random>
 #include <string>
@@ -379,3 +381,57 @@ TEST(MujocoModel, AModelOfAnotherShapeIsRefusedByTheHopper) {
 }
 
 } // namespace
+
+TEST(Hopper, RandomActionsNeverRunOutOfContactOrConstraintRows) {
+  // dice's MJCF sizes the constraint rows (njmax 100, nconmax 20) so that a
+  // reset clears 0.45 MB instead of 10 MB; flailing and falling, the most
+  // contacts a hopper makes, must still fit in every step.
+  EXPECT_EQ(hopper_model()->njmax, 100);
+  EXPECT_EQ(hopper_model()->nconmax, 20);
+  hopper env{11};
+  random_policy policy{12};
+  float obs[obs_dim], a[3];
+  int most_contacts = 0, most_rows = 0;
+  env.reset(11, obs);
+  for (int t = 0; t < 20000; ++t) {
+    policy(a);
+    auto r = env.step(act(a), obs); // throws when MuJoCo runs out
+    most_contacts = std::max(most_contacts, env.data()->ncon);
+    most_rows = std::max(most_rows, env.data()->nefc);
+    if (r.terminated)
+      env.reset(std::nullopt, obs);
+  }
+  EXPECT_GT(most_contacts, 0);
+  EXPECT_LE(most_contacts, 20);
+  EXPECT_LE(most_rows, 100);
+  std::cout << "most contacts " << most_contacts << ", most rows " << most_rows
+            << '\n';
+}
+
+TEST(MujocoModel, AStepThatRunsOutOfConstraintRowsIsAnError) {
+  // The same hopper with room for 2 constraint rows: the first contact
+  // with the floor does not fit, and the env says so instead of stepping
+  // other physics.
+  auto xml = hopper_xml();
+  auto at = xml.find("njmax=\"100\"");
+  ASSERT_NE(at, std::string::npos);
+  xml.replace(at, 11, "njmax=\"2\"");
+  auto m = parse_mujoco_model(xml, "small.xml");
+  ASSERT_TRUE(m) << dice::render(m.error());
+  hopper env{*m, 0};
+  float obs[obs_dim], a[3] = {0, 0, 0};
+  env.reset(0, obs);
+  try {
+    for (int t = 0; t < 1000; ++t)
+      if (env.step(act(a), obs).terminated)
+        env.reset(std::nullopt, obs);
+    FAIL() << "no step ran out of rows";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string{e.what()}.find("Hopper-v4: more contacts or "
+                                         "constraints"),
+              std::string::npos)
+      << e.what();
+    EXPECT_NE(std::string{e.what()}.find("njmax 2"), std::string::npos)
+      << e.what();
+  }
+}

@@ -61,6 +61,12 @@ void reset_with_noise(const mjModel_& m, mjData_& d, double scale,
 double set_controls(const mjModel_& m, mjData_& d, const action_view& a,
                     const std::string& env);
 
+/// Runs `frame_skip` mj_steps; throws std::runtime_error, naming `env`, if
+/// MuJoCo ran out of contact or constraint rows (it drops them and only
+/// counts a warning): the step would not be the model's physics.
+void step_checked(const mjModel_& m, mjData_& d, int frame_skip,
+                  const std::string& env);
+
 /// MuJoCo's version string, e.g. "2.2.2".
 std::string mujoco_version();
 
