@@ -10,7 +10,8 @@ double thread_cpu_seconds() noexcept {
   timespec ts{};
   if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0)
     return 0;
-  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+  return static_cast<double>(ts.tv_sec)
+    + static_cast<double>(ts.tv_nsec) * 1e-9;
 }
 
 double process_cpu_seconds() noexcept {
@@ -18,7 +19,8 @@ double process_cpu_seconds() noexcept {
   if (getrusage(RUSAGE_SELF, &ru) != 0)
     return 0;
   auto secs = [](const timeval& tv) {
-    return static_cast<double>(tv.tv_sec) + static_cast<double>(tv.tv_usec) * 1e-6;
+    return static_cast<double>(tv.tv_sec)
+      + static_cast<double>(tv.tv_usec) * 1e-6;
   };
   return secs(ru.ru_utime) + secs(ru.ru_stime);
 }

@@ -90,10 +90,20 @@ caf::expected<middleware> dqn_collector(q_network net,
     batch.reserve(expected);
     std::int64_t episodes = 0;
     std::int64_t steps = 0;
+    double env_cpu = 0, inference_cpu = 0;
     for (std::int64_t t = 0; t < opts.steps_per_collect; ++t) {
       st->obs = st->envs.obs();
-      auto actions = epsilon_greedy_actions(st->net, st->obs, eps, st->rng);
-      if (auto err = st->envs.step(actions))
+      std::vector<std::int64_t> actions;
+      caf::error step_err;
+      {
+        cpu_span span{inference_cpu};
+        actions = epsilon_greedy_actions(st->net, st->obs, eps, st->rng);
+      }
+      {
+        cpu_span span{env_cpu};
+        step_err = st->envs.step(actions);
+      }
+      if (auto err = std::move(step_err))
         // env_error_policy::stop: the node fails with the error, as the PPO
         // collector's does (and a supervisor may restart it); the steps of
         // this iteration were never counted, so nothing counted is lost.
@@ -111,6 +121,10 @@ caf::expected<middleware> dqn_collector(q_network net,
         st->recent_returns.push_back(ep.ret);
         ++episodes;
       }
+    }
+    if (st->out) {
+      st->out->add_cpu("env", env_cpu);
+      st->out->add_cpu("inference", inference_cpu);
     }
     ctx.env_step += steps;
     ctx.env_episode += episodes;

@@ -216,8 +216,13 @@ struct dqn_train_state {
     bool at_steps = opts.max_env_steps > 0
       && ctx.env_step >= opts.max_env_steps;
     bool at_time = opts.max_seconds > 0 && seconds >= opts.max_seconds;
-    auto res = group->iterate(ctx, fresh,
-                              svc->finished() || at_steps || at_time);
+    double cpu = 0;
+    auto res = [&] {
+      cpu_span span{cpu};
+      return group->iterate(ctx, fresh, svc->finished() || at_steps || at_time);
+    }();
+    // With its all-reduce: waiting for the group's peers is not CPU.
+    out->add_cpu("learner", cpu);
     if (res.steps > 0)
       last_loss = res.loss;
     if (lead()) {
@@ -237,8 +242,13 @@ struct dqn_train_state {
       owed += static_cast<double>(fresh) * opts.algo.updates_per_step;
       auto n = static_cast<std::int64_t>(owed);
       owed -= static_cast<double>(n);
-      for (std::int64_t i = 0; i < n; ++i)
-        last_loss = learner.update();
+      double cpu = 0;
+      {
+        cpu_span span{cpu};
+        for (std::int64_t i = 0; i < n; ++i)
+          last_loss = learner.update();
+      }
+      out->add_cpu("learner", cpu);
       ctx.train_iter += n;
     }
     report(ctx, false);

@@ -153,11 +153,17 @@ void write_eval_plot(const std::string& out,
     << "set grid\nset key bottom right\n";
   for (auto [column, label] :
        {std::pair{1, "env steps"}, std::pair{2, "wall time (s)"}}) {
+    // Env steps read as 200k, 1M (gnuplot's %s%c) instead of 1x10^6.
     s << "set xlabel '" << label << "'\nset ylabel 'return'\n"
+      << (column == 1 ? "set format x '%.0s%c'\n" : "set format x '%g'\n")
       << "plot " << quoted(dat) << " using " << column
       << ":5:6 with filledcurves lc rgb '#cce0ff' title 'min-max', '' using "
-      << column << ":4 with linespoints pt 7 ps 0.5 title 'mean', "
-      << stop_value << " dt 2 lc rgb 'red' title 'stop value'\n";
+      << column << ":4 with linespoints pt 7 ps 0.5 title 'mean'";
+    // A run without a stop value (--stop-value left at 1e18) draws none:
+    // the line would set the scale.
+    if (std::isfinite(stop_value) && std::abs(stop_value) < 1e15)
+      s << ", " << stop_value << " dt 2 lc rgb 'red' title 'stop value'";
+    s << "\n";
   }
   s << "unset multiplot\n";
   auto script = s.str();
