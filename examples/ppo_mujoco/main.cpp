@@ -64,12 +64,10 @@ struct config : dice::rl::ppo_run_config {
 } // namespace
 
 int main(int argc, char** argv) {
-  return dice::run<config>(argc, argv,
-                           [](dice::node_setup& n, const config& cfg) {
-                             auto title = cfg.env == "hopper"
-                               ? "PPO Hopper-v4"
-                               : "PPO humanoid standing";
-                             dice::rl::use_ppo(n, cfg, cfg.ppo, cfg.make_env,
-                                               title);
-                           });
+  return dice::run<config>(
+    argc, argv, [](dice::node_setup& n, const config& cfg) {
+      auto title = cfg.env == "hopper" ? "PPO Hopper-v4"
+                                       : "PPO humanoid standing";
+      dice::rl::use_ppo(n, cfg, cfg.ppo, cfg.make_env, title);
+    });
 }

@@ -75,31 +75,28 @@ TEST(PpoMujoco, HopperImprovesOnItsUntrainedPolicyInOneProcess) {
 
 TEST(PpoMujoco, TwoCollectorProcessesUnderDiceLaunchLoseNoEnvStep) {
   scratch out{"dice_ppo_mujoco_mp"};
-  child_process run{{bin_dir + "dice-launch", "--workers", "4", "--",
-                     bin_dir + "ppo_mujoco", "--seed=2",
-                     "--max-env-steps=20000", "--eval-every=5",
-                     "--eval-episodes=2", "--quiet", "--no-plot",
-                     "--out=" + out.dir.string()}};
+  child_process run{
+    {bin_dir + "dice-launch", "--workers", "4", "--", bin_dir + "ppo_mujoco",
+     "--seed=2", "--max-env-steps=20000", "--eval-every=5", "--eval-episodes=2",
+     "--quiet", "--no-plot", "--out=" + out.dir.string()}};
   auto rc = run.wait_exit(240s);
   ASSERT_TRUE(rc) << run.text();
   ASSERT_EQ(*rc, 0) << run.text();
   auto learner = parse(out.dir / "summary-0.json");
   auto c2 = parse(out.dir / "summary-2.json");
   auto c3 = parse(out.dir / "summary-3.json");
-  ASSERT_FALSE(learner.is_discarded() || c2.is_discarded()
-               || c3.is_discarded())
+  ASSERT_FALSE(learner.is_discarded() || c2.is_discarded() || c3.is_discarded())
     << run.text();
   EXPECT_EQ(learner["roles"], "learner");
   EXPECT_EQ(c2["roles"], "collector");
   EXPECT_EQ(c3["roles"], "collector");
   auto collected = c2["env_steps"].get<std::int64_t>()
-                   + c3["env_steps"].get<std::int64_t>();
+    + c3["env_steps"].get<std::int64_t>();
   // Every segment is 8 envs x 128 steps; the learner stops after the
   // budget, and each collector's last segment still arrives.
   EXPECT_GE(collected, 20000);
   EXPECT_EQ(collected % 1024, 0);
-  EXPECT_EQ(learner["env_steps"].get<std::int64_t>(), collected)
-    << run.text();
+  EXPECT_EQ(learner["env_steps"].get<std::int64_t>(), collected) << run.text();
   // Each process measures its own CPU: the collectors step envs, the
   // learner trains.
   EXPECT_GT(c2["cpu_seconds"].value("env", 0.0), 0.0) << c2.dump();
