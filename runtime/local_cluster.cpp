@@ -2,6 +2,7 @@
 
 #include "dice/core/errc.hpp"
 #include "dice/logging/log.hpp"
+#include "dice/runtime/stop_signals.hpp"
 #include "runtime/role_supervisor.hpp"
 
 #include "caf/exit_reason.hpp"
@@ -128,6 +129,7 @@ run_local(caf::actor_system& sys, std::vector<local_node> local_nodes,
     return run_deterministic(sys, *sched, std::move(local_nodes),
                              std::move(opts));
   caf::scoped_actor self{sys};
+  auto first_node = local_nodes.empty() ? 0u : local_nodes.front().id;
   auto the_router = dice::spawn_router(sys, router_config{});
   auto nodes = make_nodes(std::move(local_nodes), the_router, opts,
                           caf::actor_cast<caf::actor>(self));
@@ -153,6 +155,15 @@ run_local(caf::actor_system& sys, std::vector<local_node> local_nodes,
   }
   for (auto& n : nodes)
     self->send(n.current(), start_atom::value);
+  // Declared after `self`: unregistered before the scoped actor is gone.
+  std::shared_ptr<void> signals;
+  if (opts.stop_on_signals && !nodes.empty())
+    signals = on_stop_signal(
+      [to = caf::actor_cast<caf::actor>(self), first_node](int sig) {
+        caf::anon_send(to, finish{first_node,
+                                  std::string{"SIG"} + ::sigabbrev_np(sig),
+                                  false});
+      });
   std::map<std::uint32_t, node_report> reports;
   std::size_t downs = 0;
   bool timed_out = false;
@@ -161,6 +172,11 @@ run_local(caf::actor_system& sys, std::vector<local_node> local_nodes,
   })(
     [&](const node_report& rep) {
       reports[rep.node] = rep;
+    },
+    [&](const finish& x) {
+      // A stop signal (above): the first node (the learner) finishes as
+      // if it had asked, and the run ends the way it does then.
+      self->send(nodes.front().current(), x);
     },
     [&](const caf::down_msg& dm) {
       // A node whose middleware threw comes back on the same router.

@@ -7,6 +7,7 @@
 #include "dice/exchangers/model_exchanger.hpp"
 #include "dice/logging/log.hpp"
 #include "dice/messages/detail/learner_group_hello.hpp"
+#include "dice/runtime/stop_signals.hpp"
 #include "dice/type_ids.hpp"
 #include "net/data_plane.hpp"
 #include "net/dialer.hpp"
@@ -18,11 +19,13 @@
 #include "caf/io/middleman.hpp"
 #include "caf/openssl/manager.hpp"
 #include "caf/scoped_actor.hpp"
+#include "caf/send.hpp"
 
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
 
 namespace dice {
@@ -209,6 +212,14 @@ caf::expected<node_report> node::run(pipeline pipe, node_run_options opts) {
         });
   }
   self->send(member, start_atom::value);
+  // Declared after `self`: unregistered before the scoped actor is gone.
+  std::shared_ptr<void> signals;
+  if (opts.stop_on_signals)
+    signals = on_stop_signal(
+      [to = caf::actor_cast<caf::actor>(self), id = cfg_.id](int sig) {
+        caf::anon_send(to, finish{id, std::string{"SIG"} + ::sigabbrev_np(sig),
+                                  false});
+      });
   std::optional<node_report> rep;
   bool down = false;
   bool timed_out = false;
@@ -217,6 +228,10 @@ caf::expected<node_report> node::run(pipeline pipe, node_run_options opts) {
   })(
     [&](const node_report& x) {
       rep = x;
+    },
+    [&](const finish& x) {
+      // A stop signal (above): the role actor finishes as if it had asked.
+      self->send(sup.current(), x);
     },
     [&](const caf::down_msg& dm) {
       // A role actor whose middleware threw comes back with a fresh

@@ -164,6 +164,7 @@ int run_embedded(caf::actor_system& sys, const run_config& opts,
   lro.max_restarts = base.max_restarts;
   lro.print_reports = process.print_reports;
   lro.deadline = process.deadline;
+  lro.stop_on_signals = true;
   auto start = clock_type::now();
   auto reports = run_local(sys, std::move(nodes), lro);
   run_result result;
@@ -198,6 +199,7 @@ int run_distributed(caf::actor_system& sys, const run_config& opts,
   nro.max_step = made->second;
   nro.print_report = process.print_reports;
   nro.deadline = process.deadline;
+  nro.stop_on_signals = true;
   nro.rebuild = rebuilder(b, cfg->restart_count);
   auto start = clock_type::now();
   auto rep = node->run(std::move(made->first), nro);

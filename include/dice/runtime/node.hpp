@@ -43,6 +43,9 @@ struct node_run_options {
   std::function<pipeline()> rebuild;
   /// Run the role actor on its own thread (see role_config::detached).
   bool detached_role = true;
+  /// SIGINT or SIGTERM finishes the run as this node's own finish
+  /// (reason "SIGTERM", not failed; stop_signals.hpp); dice::run sets it.
+  bool stop_on_signals = false;
 };
 
 /// One node of a cluster: its router, published through the middleman and

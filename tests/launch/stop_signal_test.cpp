@@ -1,0 +1,193 @@
+// SIGINT and SIGTERM are a graceful stop: the first finishes the run the
+// way a learner's limit does (every step counted, every node's report
+// written, exit 0), a second ends the process at once. Tried on the
+// mechanism itself in a forked child, on a run of one process, and on a
+// dice-launch cluster the way an operator stops it.
+
+#include "dice/runtime/stop_signals.hpp"
+
+#include "support/child_process.hpp"
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <csignal>
+#include <map>
+#include <mutex>
+#include <regex>
+#include <string>
+#include <vector>
+
+namespace {
+
+using namespace std::chrono_literals;
+using dice::test::child_process;
+
+const std::string bin_dir = std::string{DICE_BINARY_DIR} + "/bin/";
+
+// Runs `body` in a forked child and returns its wait status.
+template <class F>
+int in_child(F body) {
+  auto pid = ::fork();
+  if (pid == 0) {
+    ::_exit(body());
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return status;
+}
+
+// In a child: waits up to 10 s for `flag`.
+bool wait_flag(std::mutex& mtx, std::condition_variable& cv, bool& flag) {
+  std::unique_lock<std::mutex> guard{mtx};
+  return cv.wait_for(guard, 10s, [&] { return flag; });
+}
+
+TEST(StopSignal, TheFirstSignalCallsBackAndASecondEndsTheProcess) {
+  // One signal: the callback gets it and the process goes on to exit 0.
+  auto once = in_child([] {
+    std::mutex mtx;
+    std::condition_variable cv;
+    bool called = false;
+    int got = 0;
+    auto handle = dice::on_stop_signal([&](int sig) {
+      std::lock_guard<std::mutex> guard{mtx};
+      got = sig;
+      called = true;
+      cv.notify_all();
+    });
+    ::raise(SIGTERM);
+    if (!wait_flag(mtx, cv, called))
+      return 2;
+    return got == SIGTERM && dice::stop_signal_received() == SIGTERM ? 0 : 3;
+  });
+  ASSERT_TRUE(WIFEXITED(once)) << "status " << once;
+  EXPECT_EQ(WEXITSTATUS(once), 0);
+  // A second signal after the first was taken: the default action.
+  auto twice = in_child([] {
+    std::mutex mtx;
+    std::condition_variable cv;
+    bool called = false;
+    auto handle = dice::on_stop_signal([&](int) {
+      std::lock_guard<std::mutex> guard{mtx};
+      called = true;
+      cv.notify_all();
+    });
+    ::raise(SIGINT);
+    if (!wait_flag(mtx, cv, called))
+      return 2;
+    ::raise(SIGTERM);
+    return 4; // not reached: SIGTERM's default action ends the process
+  });
+  ASSERT_TRUE(WIFSIGNALED(twice)) << "status " << twice;
+  EXPECT_EQ(WTERMSIG(twice), SIGTERM);
+}
+
+TEST(StopSignal, ASignalBeforeARunRegistersStillStopsIt) {
+  auto status = in_child([] {
+    // Installed by an earlier run, signalled between runs.
+    { auto first = dice::on_stop_signal([](int) {}); }
+    ::raise(SIGTERM);
+    std::mutex mtx;
+    std::condition_variable cv;
+    bool called = false;
+    for (int i = 0; i < 2; ++i) {
+      // The watcher may not have taken the signal yet: the registration
+      // that follows it must still see it, now or when it comes.
+      auto handle = dice::on_stop_signal([&](int sig) {
+        std::lock_guard<std::mutex> guard{mtx};
+        called = sig == SIGTERM;
+        cv.notify_all();
+      });
+      if (wait_flag(mtx, cv, called))
+        return 0;
+    }
+    return 2;
+  });
+  ASSERT_TRUE(WIFEXITED(status)) << "status " << status;
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
+// The JSON report lines of a run's nodes (dice-launch prefixes "[node N] ").
+std::vector<nlohmann::json> reports(const child_process& p) {
+  std::vector<nlohmann::json> out;
+  for (auto& line : p.lines()) {
+    auto at = line.find("{\"node\"");
+    if (at == std::string::npos)
+      continue;
+    auto j = nlohmann::json::parse(line.substr(at), nullptr, false);
+    if (!j.is_discarded())
+      out.push_back(j);
+  }
+  return out;
+}
+
+// Every step the collectors made reached the learner.
+void expect_counted(const std::vector<nlohmann::json>& reps, int collectors,
+                    const std::string& text) {
+  nlohmann::json learner;
+  std::int64_t collected = 0;
+  int seen = 0;
+  for (auto& j : reps) {
+    EXPECT_FALSE(j.value("failed", true)) << j.dump();
+    if (j["role"] == "learner")
+      learner = j;
+    if (j["role"] == "collector") {
+      collected += j["env_step"].get<std::int64_t>();
+      ++seen;
+    }
+  }
+  ASSERT_EQ(seen, collectors) << text;
+  ASSERT_FALSE(learner.is_null()) << text;
+  EXPECT_GT(collected, 0);
+  EXPECT_EQ(learner["env_step"].get<std::int64_t>(), collected) << text;
+  EXPECT_EQ(learner["trajectories_received"].get<std::int64_t>(), collected)
+    << text;
+}
+
+TEST(StopSignal, SigtermEndsARunOfOneProcessWithEveryStepCounted) {
+  // --steps=0: the run has no end of its own.
+  child_process run{{bin_dir + "dice_exchange_probe", "--steps=0",
+                     "--collectors=2", "--trace"}};
+  ASSERT_TRUE(run.wait_for(std::regex{"train iteration 5 "}, 60s))
+    << run.text();
+  run.kill(SIGTERM);
+  auto rc = run.wait_exit(60s);
+  ASSERT_TRUE(rc) << run.text();
+  EXPECT_EQ(*rc, 0) << run.text();
+  auto reps = reports(run);
+  ASSERT_EQ(reps.size(), 4u) << run.text();
+  for (auto& j : reps)
+    if (j["role"] == "learner")
+      EXPECT_EQ(j["stop_reason"], "SIGTERM") << j.dump();
+  expect_counted(reps, 2, run.text());
+}
+
+TEST(StopSignal, SigtermToDiceLaunchStopsEveryNodeWithEveryStepCounted) {
+  child_process run{{bin_dir + "dice-launch", "--workers", "4", "--",
+                     bin_dir + "dice_exchange_probe", "--steps=0", "--trace"}};
+  ASSERT_TRUE(run.wait_for(std::regex{"train iteration 5 "}, 60s))
+    << run.text();
+  // As an operator (or Slurm) stops a job: the launcher gets SIGTERM and
+  // forwards it to every node.
+  run.kill(SIGTERM);
+  auto rc = run.wait_exit(60s);
+  ASSERT_TRUE(rc) << run.text();
+  EXPECT_EQ(*rc, 0) << run.text();
+  auto reps = reports(run);
+  ASSERT_EQ(reps.size(), 4u) << run.text();
+  for (auto& j : reps) {
+    auto reason = j["stop_reason"].get<std::string>();
+    EXPECT_NE(reason.find("SIGTERM"), std::string::npos) << j.dump();
+  }
+  expect_counted(reps, 2, run.text());
+  // No node was killed after the launcher's stop timeout.
+  EXPECT_EQ(run.text().find("killing it"), std::string::npos) << run.text();
+}
+
+} // namespace
