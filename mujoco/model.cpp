@@ -1,12 +1,14 @@
 #include "dice/mujoco/model.hpp"
 
 #include "dice/core/errc.hpp"
+#include "dice/logging/log.hpp"
 
 #include <mujoco/mujoco.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <mutex>
 #include <new>
 #include <stdexcept>
 #include <vector>
@@ -33,7 +35,27 @@ void mujoco_data_deleter::operator()(mjData* d) const noexcept {
   mj_deleteData(d);
 }
 
+namespace {
+
+// MuJoCo prints its warnings and appends them to MUJOCO_LOG.TXT in the
+// working directory (a test's, a user's): dice's envs log them as every
+// other line instead. A handler the program set first stays.
+void log_mujoco_warning(const char* msg) {
+  log::warning(0, std::string{"MuJoCo: "} + msg);
+}
+
+void route_mujoco_warnings() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    if (mju_user_warning == nullptr)
+      mju_user_warning = log_mujoco_warning;
+  });
+}
+
+} // namespace
+
 caf::expected<mujoco_model> load_mujoco_model(const std::string& path) {
+  route_mujoco_warnings();
   char err[1000] = {0};
   auto* m = mj_loadXML(path.c_str(), nullptr, err, sizeof(err));
   if (m == nullptr)
@@ -45,6 +67,7 @@ caf::expected<mujoco_model> load_mujoco_model(const std::string& path) {
 
 caf::expected<mujoco_model> parse_mujoco_model(const std::string& xml,
                                                const std::string& name) {
+  route_mujoco_warnings();
   // MuJoCo 2.2 reads MJCF from files only: a virtual file system holds the
   // text under a file name. mjVFS is ~2 MB (2000 names of 1000 chars): heap.
   auto vfs = std::make_unique<mjVFS>();

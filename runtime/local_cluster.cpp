@@ -160,9 +160,9 @@ run_local(caf::actor_system& sys, std::vector<local_node> local_nodes,
   if (opts.stop_on_signals && !nodes.empty())
     signals = on_stop_signal(
       [to = caf::actor_cast<caf::actor>(self), first_node](int sig) {
-        caf::anon_send(to, finish{first_node,
-                                  std::string{"SIG"} + ::sigabbrev_np(sig),
-                                  false});
+        caf::anon_send(to,
+                       finish{first_node,
+                              std::string{"SIG"} + ::sigabbrev_np(sig), false});
       });
   std::map<std::uint32_t, node_report> reports;
   std::size_t downs = 0;

@@ -217,8 +217,8 @@ caf::expected<node_report> node::run(pipeline pipe, node_run_options opts) {
   if (opts.stop_on_signals)
     signals = on_stop_signal(
       [to = caf::actor_cast<caf::actor>(self), id = cfg_.id](int sig) {
-        caf::anon_send(to, finish{id, std::string{"SIG"} + ::sigabbrev_np(sig),
-                                  false});
+        caf::anon_send(
+          to, finish{id, std::string{"SIG"} + ::sigabbrev_np(sig), false});
       });
   std::optional<node_report> rep;
   bool down = false;

@@ -4,6 +4,7 @@
 #include "dice/logging/log.hpp"
 #include "dice/runtime/local_cluster.hpp"
 #include "dice/runtime/node.hpp"
+#include "dice/runtime/stop_signals.hpp"
 
 #include <chrono>
 #include <exception>
@@ -222,6 +223,9 @@ int run_distributed(caf::actor_system& sys, const run_config& opts,
 
 int run_nodes(caf::actor_system& sys, const run_config& opts,
               const build_function& build) {
+  // Watch SIGINT and SIGTERM from the start: one that comes while the nodes
+  // connect stops the run as soon as it runs, instead of killing it.
+  auto watching = on_stop_signal([](int) {});
   if (auto rc = opts.run_instead(sys))
     return *rc;
   auto cfg = make_node_config(opts);

@@ -65,8 +65,8 @@ void install_once() {
   std::call_once(once, [] {
     int fds[2];
     if (::pipe2(fds, O_CLOEXEC) != 0) {
-      log::error(0, std::string{"cannot watch SIGINT/SIGTERM: "}
-                      + std::strerror(errno));
+      log::error(
+        0, std::string{"cannot watch SIGINT/SIGTERM: "} + std::strerror(errno));
       return;
     }
     pipe_write = fds[1];
@@ -82,9 +82,10 @@ void install_once() {
         return;
       }
       auto sig = static_cast<unsigned char>(c);
-      log::info(0, std::string{"received SIG"} + ::sigabbrev_np(sig)
-                     + ": stopping the run (a second signal ends the process "
-                       "at once)");
+      log::info(0,
+                std::string{"received SIG"} + ::sigabbrev_np(sig)
+                  + ": stopping the run (a second signal ends the process "
+                    "at once)");
       the_registry().fire(sig);
     }}.detach();
     struct sigaction sa {};

@@ -9,7 +9,6 @@
 #include "support/child_process.hpp"
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
-
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -45,7 +44,9 @@ int in_child(F body) {
 // In a child: waits up to 10 s for `flag`.
 bool wait_flag(std::mutex& mtx, std::condition_variable& cv, bool& flag) {
   std::unique_lock<std::mutex> guard{mtx};
-  return cv.wait_for(guard, 10s, [&] { return flag; });
+  return cv.wait_for(guard, 10s, [&] {
+    return flag;
+  });
 }
 
 TEST(StopSignal, TheFirstSignalCallsBackAndASecondEndsTheProcess) {
@@ -91,7 +92,9 @@ TEST(StopSignal, TheFirstSignalCallsBackAndASecondEndsTheProcess) {
 TEST(StopSignal, ASignalBeforeARunRegistersStillStopsIt) {
   auto status = in_child([] {
     // Installed by an earlier run, signalled between runs.
-    { auto first = dice::on_stop_signal([](int) {}); }
+    {
+      auto first = dice::on_stop_signal([](int) {});
+    }
     ::raise(SIGTERM);
     std::mutex mtx;
     std::condition_variable cv;
@@ -162,9 +165,11 @@ TEST(StopSignal, SigtermEndsARunOfOneProcessWithEveryStepCounted) {
   EXPECT_EQ(*rc, 0) << run.text();
   auto reps = reports(run);
   ASSERT_EQ(reps.size(), 4u) << run.text();
-  for (auto& j : reps)
-    if (j["role"] == "learner")
+  for (auto& j : reps) {
+    if (j["role"] == "learner") {
       EXPECT_EQ(j["stop_reason"], "SIGTERM") << j.dump();
+    }
+  }
   expect_counted(reps, 2, run.text());
 }
 
