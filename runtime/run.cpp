@@ -5,6 +5,7 @@
 #include "dice/runtime/local_cluster.hpp"
 #include "dice/runtime/node.hpp"
 #include "dice/runtime/stop_signals.hpp"
+#include "dice/storage/storage.hpp"
 
 #include <chrono>
 #include <exception>
@@ -226,6 +227,13 @@ int run_nodes(caf::actor_system& sys, const run_config& opts,
   // Watch SIGINT and SIGTERM from the start: one that comes while the nodes
   // connect stops the run as soon as it runs, instead of killing it.
   auto watching = on_stop_signal([](int) {});
+  // Segments that killed dice processes of this user left in /dev/shm
+  // (nothing removes them otherwise: they outlive their process).
+  if (auto n = sweep_dead_segments())
+    log::info(0,
+              "removed " + std::to_string(n)
+                + " shared-memory segment(s) that dead dice processes "
+                  "left in /dev/shm");
   if (auto rc = opts.run_instead(sys))
     return *rc;
   auto cfg = make_node_config(opts);

@@ -1,6 +1,7 @@
 // The shared-memory store: segments in /dev/shm, recycled through a
 // bounded pool of this process's removed segments.
 #include "storage_impl.hpp"
+#include <signal.h>
 
 namespace dice::storage_detail {
 
@@ -241,3 +242,44 @@ caf::expected<storage_ref> store_shm(const storage_options& opts,
 }
 
 } // namespace dice::storage_detail
+
+namespace dice {
+
+std::size_t sweep_dead_segments(const std::string& dir,
+                                std::chrono::seconds min_age) {
+  std::size_t removed = 0;
+  auto now = ::time(nullptr);
+  std::error_code ec;
+  auto me = ::getpid();
+  auto uid = ::geteuid();
+  auto is_digit = [](char c) {
+    return std::isdigit(static_cast<unsigned char>(c)) != 0;
+  };
+  for (auto& e : std::filesystem::directory_iterator{dir, ec}) {
+    auto name = e.path().filename().string();
+    // dice.NODE.PID.TAG.N or dice.pool.PID.TAG.N (own_tag(): ".PID.TAG.").
+    if (name.rfind("dice.", 0) != 0)
+      continue;
+    auto a = name.find('.', 5);
+    auto b = a == std::string::npos ? a : name.find('.', a + 1);
+    if (b == std::string::npos || b == a + 1 || b - a - 1 > 9)
+      continue;
+    auto digits = name.substr(a + 1, b - a - 1);
+    if (!std::all_of(digits.begin(), digits.end(), is_digit))
+      continue;
+    auto pid = static_cast<pid_t>(std::stol(digits));
+    struct stat st {};
+    if (pid <= 0 || pid == me || ::lstat(e.path().c_str(), &st) != 0
+        || !S_ISREG(st.st_mode) || st.st_uid != uid
+        || now - st.st_mtime < static_cast<time_t>(min_age.count()))
+      continue;
+    // ESRCH: no such process. EPERM: alive, another user's (a reused PID).
+    if (::kill(pid, 0) == 0 || errno != ESRCH)
+      continue;
+    if (::unlink(e.path().c_str()) == 0)
+      ++removed;
+  }
+  return removed;
+}
+
+} // namespace dice

@@ -66,6 +66,17 @@ caf::error confine(const storage_ref& ref, const storage_options& opts);
 /// Removes the item (missing is not an error).
 caf::error remove_storage(const storage_ref& ref);
 
+/// Removes the shared-memory segments in `dir` (/dev/shm) that dice
+/// processes of this user left behind when they died (kill -9, a crash): a
+/// plain file named dice.NODE.PID.TAG.N or dice.pool.PID.TAG.N, owned by
+/// this user, not written for `min_age` (a reader may still want what a
+/// process stored just before it died), whose PID is not this process and
+/// is not running. Returns how many it removed; a segment of a running
+/// process (or of a PID reused by one) stays.
+std::size_t
+sweep_dead_segments(const std::string& dir = "/dev/shm",
+                    std::chrono::seconds min_age = std::chrono::seconds{120});
+
 /// This host's name (shared memory is only readable on it).
 const std::string& this_host();
 
