@@ -271,6 +271,27 @@ void send_hello(router_ptr self, std::size_t idx, caf::actor peer,
 // -- another node attaching to this one
 // ------------------------------------------
 
+namespace {
+
+// "refused peer: WHAT" for the first refusal of a kind and every 1024th
+// after it, as the listener logs the preamble's: a secret holder sending
+// thousands of bad hellos must not flood the log (it wrote a line each).
+void log_refusal(router_ptr self, const std::string& kind,
+                 const std::string& what) {
+  auto& st = self->state;
+  auto n = ++st.refusals[kind];
+  if (n % 1024 != 1)
+    return;
+  log::error(st.cfg.node,
+             "refused peer: " + what
+               + (n == 1 ? std::string{}
+                         : " (" + std::to_string(n)
+                      + " such "
+                        "refusals; every 1024th is logged)"));
+}
+
+} // namespace
+
 caf::result<peer_hello> accept_hello(router_ptr self, const caf::actor& from,
                                      peer_hello& h) {
   auto& st = self->state;
@@ -279,7 +300,7 @@ caf::result<peer_hello> accept_hello(router_ptr self, const caf::actor& from,
     auto what = "node " + std::to_string(h.node) + " speaks protocol v"
       + std::to_string(h.version) + ", this node v"
       + std::to_string(router_protocol_version);
-    log::error(st.cfg.node, "refused peer: " + what);
+    log_refusal(self, "version", what);
     return make_error(errc::handshake_failed, what);
   }
   if (!st.cfg.secret.empty()) {
@@ -295,13 +316,13 @@ caf::result<peer_hello> accept_hello(router_ptr self, const caf::actor& from,
       auto what = "node " + std::to_string(h.node)
         + (h.proof.empty() ? " sent no proof of the cluster secret"
                            : " does not know the cluster secret");
-      log::error(st.cfg.node, "refused peer: " + what);
+      log_refusal(self, "proof", what);
       return make_error(errc::unauthorized, what);
     }
   }
   if (h.node == st.cfg.node) {
     auto what = "node id " + std::to_string(h.node) + " is this node's own id";
-    log::error(st.cfg.node, "refused peer: " + what);
+    log_refusal(self, "own id", what);
     return make_error(errc::handshake_failed, what);
   }
   if (auto old = find_peer(self, h.node)) {

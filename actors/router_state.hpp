@@ -129,6 +129,8 @@ struct router_state {
   bool released = false;
   /// Open secret challenges: nonces sent and received, per challenger.
   std::map<caf::actor_addr, std::pair<std::string, std::string>> challenges;
+  /// Refused hellos per kind: only the first and every 1024th are logged.
+  std::map<std::string, std::uint64_t> refusals;
   /// Identifies the pending peer-loss timer (0: none).
   std::uint64_t loss_timer = 0;
   /// Source of timer ids.

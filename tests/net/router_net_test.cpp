@@ -146,6 +146,43 @@ TEST_F(RouterNet, ProtocolMismatchIsRefused) {
   EXPECT_EQ(logs.count("protocol v99"), 1u);
 }
 
+TEST_F(RouterNet, ThousandsOfRefusedHellosLogAFewLines) {
+  // A secret holder's buggy or hostile node past the preamble: 2,000
+  // hellos of another protocol version, then 2,000 without the proof of
+  // the secret, on one connection. Each is refused and counted; the log
+  // gets the first of each kind and every 1024th (it got 4,000 lines,
+  // 354 KB).
+  dice::test::log_capture logs;
+  router_config cfg;
+  cfg.secret = "0123456789abcdef0123456789abcdef";
+  auto a = spawn_router(0, 0, cfg);
+  listen(0, a, 8080);
+  auto refused = std::make_shared<int>(0);
+  auto wrong_version0 = dice::counter(dice::trust_event::wrong_version);
+  auto auth0 = dice::counter(dice::trust_event::auth_refused);
+  as_stranger(1, 0, "a", 8080,
+              [=](caf::event_based_actor* self, caf::actor gate) {
+                for (int i = 0; i < 4000; ++i) {
+                  dice::peer_hello h;
+                  h.version = i < 2000 ? 99 : dice::router_protocol_version;
+                  h.node = 7;
+                  self->request(gate, 10s, dice::hello_atom::value, h)
+                    .then([](const dice::peer_hello&) {},
+                          [=](caf::error&) {
+                            ++*refused;
+                          });
+                }
+              });
+  EXPECT_EQ(*refused, 4000);
+  EXPECT_TRUE(router_of(a).peers.empty());
+  EXPECT_EQ(dice::counter(dice::trust_event::wrong_version) - wrong_version0,
+            2000u);
+  EXPECT_EQ(dice::counter(dice::trust_event::auth_refused) - auth0, 2000u);
+  EXPECT_EQ(logs.count("protocol v99"), 2u);
+  EXPECT_EQ(logs.count("sent no proof of the cluster secret"), 2u);
+  EXPECT_EQ(logs.count("(1025 such refusals; every 1024th is logged)"), 2u);
+}
+
 TEST_F(RouterNet, FinishAndDrainAcrossThreeNodes) {
   auto a = spawn_router(0, 0);
   auto b = spawn_router(1, 1);

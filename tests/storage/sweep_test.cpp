@@ -6,9 +6,8 @@
 
 #include "support/child_process.hpp"
 #include "support/files.hpp"
-#include <gtest/gtest.h>
-
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -71,10 +70,10 @@ TEST(SweepDeadSegments, RemovesOnlyOldSegmentsOfDeadProcessesOfThisUser) {
   EXPECT_FALSE(fs::exists(at("dice.pool." + dead + ".0123456789abcdef.2")));
   for (const std::string& name : std::vector<std::string>{
          "dice.3." + me + ".0123456789abcdef.1", "dice.3.1.0123456789abcdef.1",
-        "dice.4." + dead + ".0123456789abcdef.9",
-        "dice.3.notapid.0123456789abcdef.1",
-        "other.3." + dead + ".0123456789abcdef.1",
-        "dice.5." + dead + ".0123456789abcdef.1"})
+         "dice.4." + dead + ".0123456789abcdef.9",
+         "dice.3.notapid.0123456789abcdef.1",
+         "other.3." + dead + ".0123456789abcdef.1",
+         "dice.5." + dead + ".0123456789abcdef.1"})
     EXPECT_TRUE(fs::exists(at(name))) << name;
   EXPECT_TRUE(fs::is_symlink(at("dice.6." + dead + ".0123456789abcdef.1")));
   // Nothing left to sweep a second time.
