@@ -85,6 +85,26 @@ caf::error context_spool::scan() {
         refuse(path, "not a regular file");
         continue;
       }
+      // dice writes its segments 0600 as the running user: a file of
+      // another user, or one others could have written, was planted.
+      if (sb.st_uid != ::geteuid()) {
+        fd.reset();
+        refuse(path,
+               "owned by uid " + std::to_string(sb.st_uid)
+                 + ", not this process's user (uid "
+                 + std::to_string(::geteuid()) + ")");
+        continue;
+      }
+      if ((sb.st_mode & 077) != 0) {
+        char mode[8];
+        std::snprintf(mode, sizeof(mode), "%04o", sb.st_mode & 07777);
+        fd.reset();
+        refuse(path,
+               std::string{"mode "} + mode
+                 + ": group or others may have written it (dice "
+                   "writes 0600)");
+        continue;
+      }
       auto size = static_cast<std::uint64_t>(sb.st_size);
       char head[header_size];
       auto expected = file_header(node, incarnation);

@@ -7,6 +7,7 @@
 
 #include "support/files.hpp"
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -199,6 +200,9 @@ TEST(ContextSpool, FilesThatAreNotThisNodesAreLeftAloneWithAReason) {
   std::ofstream{tmp.dir / "notes.txt"} << "hello";
   std::ofstream{tmp.dir / "dice-spool.3.00000000000000aa.0"}
     << "not a spool at all, but long enough for a header";
+  // 0600 as dice writes them, so that its bytes are what is refused.
+  fs::permissions(tmp.dir / "dice-spool.3.00000000000000aa.0",
+                  fs::perms::owner_read | fs::perms::owner_write);
   {
     auto liar = open_spool(tmp.dir / "liar", 3, 0xBB);
     ASSERT_FALSE(liar->append(delta(3, 0xBB, 1)));
@@ -255,6 +259,98 @@ TEST(ContextSpool, AnUnusableDirectoryIsAnError) {
   EXPECT_FALSE(context_spool::open(opts));
   opts.dir = "";
   EXPECT_FALSE(context_spool::open(opts));
+}
+
+// -- a directory and files another user could have planted -------------------
+
+std::string open_error(const fs::path& dir) {
+  context_spool_options opts;
+  opts.dir = dir.string();
+  opts.node = 3;
+  opts.incarnation = 0xE;
+  auto got = context_spool::open(opts);
+  return got ? std::string{} : to_string(got.error());
+}
+
+TEST(ContextSpool, ADirectoryOthersCanWriteIsRefused) {
+  // A local attacker's move: create the victim's spool directory first, in
+  // /tmp, writable by everyone, and put a forged segment in it.
+  test::scratch tmp{"spool_planted_dir"};
+  auto dir = tmp.dir / "spool";
+  fs::create_directory(dir);
+  fs::permissions(dir, fs::perms::all | fs::perms::sticky_bit);
+  auto err = open_error(dir);
+  EXPECT_NE(err.find("has mode 1777"), std::string::npos) << err;
+  EXPECT_NE(err.find(dir.string()), std::string::npos) << err;
+  fs::permissions(
+    dir, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec);
+  EXPECT_EQ(open_error(dir), "") << "0750 is this user's alone";
+  // A symbolic link to a directory: refused, whatever it points at.
+  fs::create_directory_symlink(dir, tmp.dir / "link");
+  err = open_error(tmp.dir / "link");
+  EXPECT_NE(err.find("symbolic link"), std::string::npos) << err;
+}
+
+TEST(ContextSpool, ADirectoryOfAnotherUserIsRefused) {
+  if (::geteuid() != 0)
+    GTEST_SKIP() << "giving a directory to another user needs root (CI is)";
+  test::scratch tmp{"spool_foreign_dir"};
+  auto dir = tmp.dir / "spool";
+  fs::create_directory(dir);
+  ASSERT_EQ(::chown(dir.c_str(), 65534, 65534), 0); // nobody
+  auto err = open_error(dir);
+  EXPECT_NE(err.find("owned by uid 65534"), std::string::npos) << err;
+}
+
+TEST(ContextSpool, PlantedSegmentsAreLeftAloneWithAReason) {
+  // Two real segments of an earlier incarnation of node 3, as a forger
+  // would copy and edit them: one given to another user, one made
+  // readable and writable by others. Neither is republished.
+  test::scratch tmp{"spool_planted_files"};
+  {
+    auto a = open_spool(tmp.dir / "a", 3, 0xA);
+    ASSERT_FALSE(a->append(delta(3, 0xA, 1, 1000000)));
+    auto b = open_spool(tmp.dir / "b", 3, 0xB);
+    ASSERT_FALSE(b->append(delta(3, 0xB, 1, 1000000)));
+  }
+  auto move_in = [&](const fs::path& from) {
+    std::vector<fs::path> moved;
+    for (auto& e : fs::directory_iterator{from}) {
+      moved.push_back(tmp.dir / "spool" / e.path().filename());
+      fs::rename(e.path(), moved.back());
+    }
+    return moved;
+  };
+  fs::create_directory(tmp.dir / "spool");
+  auto a_files = move_in(tmp.dir / "a");
+  auto b_files = move_in(tmp.dir / "b");
+  for (auto& f : a_files)
+    fs::permissions(f,
+                    fs::perms::owner_read | fs::perms::owner_write
+                      | fs::perms::group_read | fs::perms::group_write
+                      | fs::perms::others_read | fs::perms::others_write);
+  bool as_root = ::geteuid() == 0;
+  if (as_root)
+    for (auto& f : b_files)
+      ASSERT_EQ(::chown(f.c_str(), 65534, 65534), 0);
+  auto mine = open_spool(tmp.dir / "spool", 3, 0xC);
+  ASSERT_TRUE(mine);
+  auto rec = mine->take_recovered();
+  auto refused = mine->refused();
+  auto says = [&](const std::string& what) {
+    for (auto& r : refused)
+      if (r.find(what) != std::string::npos)
+        return true;
+    return false;
+  };
+  EXPECT_TRUE(says("mode 0666: group or others may have written it"));
+  if (as_root) {
+    EXPECT_TRUE(rec.empty()) << "a planted delta was taken as this node's";
+    EXPECT_TRUE(says("owned by uid 65534"));
+  } else {
+    ASSERT_EQ(rec.size(), 1u); // only 0xB's, which is this user's
+    EXPECT_EQ(rec[0].incarnation, 0xBu);
+  }
 }
 
 } // namespace
