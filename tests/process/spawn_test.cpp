@@ -88,7 +88,11 @@ TEST(Spawn, AChildHoldsNoOtherChildsPipe) {
   // Before (fork + pipe() in child_process): the second child inherited the
   // read end of the first child's pipe.
   auto before = open_fds();
-  child_process first{{"/bin/sh", "-c", "read x"}};
+  // A child that lives until the test ends ("read x" on an empty stdin
+  // exited at once, and its pipe could be closed before it was looked at).
+  child_process first{role("Sleeper")};
+  ASSERT_TRUE(first.wait_for(std::regex{"sleeper [0-9]+ ready"}, 20s))
+    << first.text();
   std::set<int> first_fds;
   for (auto fd : open_fds())
     if (before.count(fd) == 0)
