@@ -1,20 +1,19 @@
 // Hopper-v4 on MuJoCo: gymnasium's spaces, reward and termination worked out
 // from MuJoCo's own state, bit-exact seeding, a vector of hoppers (time limit,
-// bad actions) and the model loader's errors.
+// bad actions), and enough constraint rows for what a hopper does (the model
+// loader's errors: mujoco_model_test.cpp).
 
 #include "dice/env/vector_env.hpp"
 #include "dice/mujoco/hopper.hpp"
 #include "dice/mujoco/model.hpp"
 
+#include "hopper_support.hpp"
+
 #include <gtest/gtest.h>
 #include <mujoco/mujoco.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
-#include <cstring>
-#include <fstream>
 #include <iostream>
 #include <memory>
 #include <random>
@@ -25,45 +24,7 @@ using namespace dice::envs;
 
 namespace {
 
-constexpr std::size_t obs_dim = 11;
-
-dice::action_view act(const float* u) {
-  return {0, u, 3};
-}
-
-// Random actions in [-1, 1] from their own generator (not the env's).
-struct random_policy {
-  std::mt19937_64 rng;
-  std::uniform_real_distribution<float> u{-1.0f, 1.0f};
-  explicit random_policy(std::uint64_t seed) : rng(seed) {}
-  void operator()(float* a) {
-    for (int i = 0; i < 3; ++i)
-      a[i] = u(rng);
-  }
-};
-
-// A fresh folder under the build dir's tmp area, removed by the test.
-struct temp_dir {
-  std::string path;
-  temp_dir() {
-    std::string tmpl = std::string{DICE_BINARY_DIR} + "/hopper_test_XXXXXX";
-    std::vector<char> buf(tmpl.begin(), tmpl.end());
-    buf.push_back('\0');
-    if (mkdtemp(buf.data()) == nullptr)
-      throw std::runtime_error("mkdtemp failed");
-    path = buf.data();
-  }
-  ~temp_dir() {
-    std::string cmd = "rm -rf '" + path + "'";
-    [[maybe_unused]] auto rc = std::system(cmd.c_str());
-  }
-  std::string write(const std::string& name, const std::string& text) const {
-    auto file = path + "/" + name;
-    std::ofstream out{file};
-    out << text;
-    return file;
-  }
-};
+using namespace dice::test;
 
 TEST(Hopper, SpacesAndLimitsAreGymnasiums) {
   hopper env;
@@ -139,30 +100,6 @@ TEST(Hopper, VelocitiesAreClippedInTheObservation) {
   EXPECT_EQ(obs[5 + 4], -10.0f);
 }
 
-// Runs `steps` random steps from reset(seed) and records everything.
-std::vector<float> trajectory(hopper& env, std::uint64_t seed, int steps) {
-  std::vector<float> out;
-  float obs[obs_dim];
-  env.reset(seed, obs);
-  out.insert(out.end(), obs, obs + obs_dim);
-  random_policy pi{42};
-  float u[3];
-  for (int t = 0; t < steps; ++t) {
-    pi(u);
-    auto r = env.step(act(u), obs);
-    out.insert(out.end(), obs, obs + obs_dim);
-    out.push_back(r.reward);
-    out.push_back(r.terminated ? 1.0f : 0.0f);
-    if (r.terminated)
-      env.reset(std::nullopt, obs);
-  }
-  return out;
-}
-
-bool bit_equal(const std::vector<float>& x, const std::vector<float>& y) {
-  return x.size() == y.size()
-    && std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
-}
 
 TEST(Hopper, ASeedReproducesATrajectoryBitExactly) {
   hopper a{1};
@@ -314,74 +251,6 @@ TEST(Hopper, EnvsShareOneParsedModel) {
   EXPECT_NE(a.data(), b.data());
 }
 
-TEST(MujocoModel, AFileGivesTheSameHopperAsTheBuiltInText) {
-  temp_dir dir;
-  auto file = dir.write("hopper.xml", hopper_xml());
-  auto m = load_mujoco_model(file);
-  ASSERT_TRUE(m) << dice::render(m.error());
-  hopper a{0};
-  hopper b{*m, 0};
-  EXPECT_NE(a.model().get(), b.model().get());
-  EXPECT_TRUE(bit_equal(trajectory(a, 3, 200), trajectory(b, 3, 200)));
-}
-
-TEST(MujocoModel, AMissingFileIsNamedWithMujocosMessage) {
-  temp_dir dir;
-  auto file = dir.path + "/no_such_model.xml";
-  auto m = load_mujoco_model(file);
-  ASSERT_FALSE(m);
-  EXPECT_EQ(m.error(), dice::errc::invalid_config);
-  auto text = dice::render(m.error());
-  EXPECT_NE(text.find("cannot load MuJoCo model " + file + ": "),
-            std::string::npos)
-    << text;
-  EXPECT_EQ(text.find("(no message)"), std::string::npos) << text;
-}
-
-TEST(MujocoModel, AMalformedFileIsNamedWithMujocosMessage) {
-  temp_dir dir;
-  auto file = dir.write("broken.xml", "<mujoco><worldbody><body>\n");
-  auto m = load_mujoco_model(file);
-  ASSERT_FALSE(m);
-  EXPECT_EQ(m.error(), dice::errc::invalid_config);
-  auto text = dice::render(m.error());
-  EXPECT_NE(text.find("cannot load MuJoCo model " + file + ": "),
-            std::string::npos)
-    << text;
-  EXPECT_EQ(text.find("(no message)"), std::string::npos) << text;
-  // MJCF that parses as XML but not as a model: MuJoCo names the problem.
-  auto bad = dir.write("bad_attr.xml",
-                       "<mujoco><worldbody><geom "
-                       "type=\"sphere\" size=\"x\"/>"
-                       "</worldbody></mujoco>");
-  auto m2 = load_mujoco_model(bad);
-  ASSERT_FALSE(m2);
-  EXPECT_NE(dice::render(m2.error()).find(bad), std::string::npos);
-  auto m3 = parse_mujoco_model("<mujoco><nonsense/></mujoco>", "inline.xml");
-  ASSERT_FALSE(m3);
-  EXPECT_NE(dice::render(m3.error())
-              .find("cannot load MuJoCo model "
-                    "inline.xml: "),
-            std::string::npos)
-    << dice::render(m3.error());
-}
-
-TEST(MujocoModel, AModelOfAnotherShapeIsRefusedByTheHopper) {
-  auto m = parse_mujoco_model("<mujoco><worldbody><body><joint "
-                              "type=\"hinge\"/><geom size=\"0.1\"/></body>"
-                              "</worldbody></mujoco>",
-                              "pendulum.xml");
-  ASSERT_TRUE(m) << dice::render(m.error());
-  EXPECT_THROW(hopper(*m, 0), std::invalid_argument);
-  auto v = dice::vector_env::make(1, [&](std::size_t) {
-    return std::make_unique<hopper>(*m, 0);
-  });
-  ASSERT_FALSE(v);
-  EXPECT_EQ(v.error(), dice::errc::invalid_config);
-}
-
-} // namespace
-
 TEST(Hopper, RandomActionsNeverRunOutOfContactOrConstraintRows) {
   // dice's MJCF sizes the constraint rows (njmax 100, nconmax 20) so that a
   // reset clears 0.45 MB instead of 10 MB; flailing and falling, the most
@@ -408,30 +277,4 @@ TEST(Hopper, RandomActionsNeverRunOutOfContactOrConstraintRows) {
             << '\n';
 }
 
-TEST(MujocoModel, AStepThatRunsOutOfConstraintRowsIsAnError) {
-  // The same hopper with room for 2 constraint rows: the first contact
-  // with the floor does not fit, and the env says so instead of stepping
-  // other physics.
-  auto xml = hopper_xml();
-  auto at = xml.find("njmax=\"100\"");
-  ASSERT_NE(at, std::string::npos);
-  xml.replace(at, 11, "njmax=\"2\"");
-  auto m = parse_mujoco_model(xml, "small.xml");
-  ASSERT_TRUE(m) << dice::render(m.error());
-  hopper env{*m, 0};
-  float obs[obs_dim], a[3] = {0, 0, 0};
-  env.reset(0, obs);
-  try {
-    for (int t = 0; t < 1000; ++t)
-      if (env.step(act(a), obs).terminated)
-        env.reset(std::nullopt, obs);
-    FAIL() << "no step ran out of rows";
-  } catch (const std::runtime_error& e) {
-    EXPECT_NE(std::string{e.what()}.find("Hopper-v4: more contacts or "
-                                         "constraints"),
-              std::string::npos)
-      << e.what();
-    EXPECT_NE(std::string{e.what()}.find("njmax 2"), std::string::npos)
-      << e.what();
-  }
-}
+} // namespace

@@ -154,18 +154,30 @@ void expect_counted(const std::vector<nlohmann::json>& reps, int collectors,
     << text;
 }
 
+// Lets `run` train (a learner iteration after the 5th), stops it with
+// SIGTERM and returns its nodes' reports; it must exit 0.
+std::vector<nlohmann::json> stop_with_sigterm(child_process& run) {
+  if (!run.wait_for(std::regex{"train iteration [5-9] "}, 60s)) {
+    ADD_FAILURE() << "the learner did not train\n" << run.text();
+    return {};
+  }
+  run.kill(SIGTERM);
+  auto rc = run.wait_exit(60s);
+  if (!rc) {
+    ADD_FAILURE() << "still running 60 s after SIGTERM\n" << run.text();
+    return {};
+  }
+  EXPECT_EQ(*rc, 0) << run.text();
+  auto reps = reports(run);
+  EXPECT_EQ(reps.size(), 4u) << run.text();
+  return reps;
+}
+
 TEST(StopSignal, SigtermEndsARunOfOneProcessWithEveryStepCounted) {
   // --steps=0: the run has no end of its own.
   child_process run{{bin_dir + "dice_exchange_probe", "--steps=0",
                      "--collectors=2", "--trace"}};
-  ASSERT_TRUE(run.wait_for(std::regex{"train iteration 5 "}, 60s))
-    << run.text();
-  run.kill(SIGTERM);
-  auto rc = run.wait_exit(60s);
-  ASSERT_TRUE(rc) << run.text();
-  EXPECT_EQ(*rc, 0) << run.text();
-  auto reps = reports(run);
-  ASSERT_EQ(reps.size(), 4u) << run.text();
+  auto reps = stop_with_sigterm(run);
   for (auto& j : reps) {
     if (j["role"] == "learner") {
       EXPECT_EQ(j["stop_reason"], "SIGTERM") << j.dump();
@@ -175,18 +187,11 @@ TEST(StopSignal, SigtermEndsARunOfOneProcessWithEveryStepCounted) {
 }
 
 TEST(StopSignal, SigtermToDiceLaunchStopsEveryNodeWithEveryStepCounted) {
-  child_process run{{bin_dir + "dice-launch", "--workers", "4", "--",
-                     bin_dir + "dice_exchange_probe", "--steps=0", "--trace"}};
-  ASSERT_TRUE(run.wait_for(std::regex{"train iteration 5 "}, 60s))
-    << run.text();
   // As an operator (or Slurm) stops a job: the launcher gets SIGTERM and
   // forwards it to every node.
-  run.kill(SIGTERM);
-  auto rc = run.wait_exit(60s);
-  ASSERT_TRUE(rc) << run.text();
-  EXPECT_EQ(*rc, 0) << run.text();
-  auto reps = reports(run);
-  ASSERT_EQ(reps.size(), 4u) << run.text();
+  child_process run{{bin_dir + "dice-launch", "--workers", "4", "--",
+                     bin_dir + "dice_exchange_probe", "--steps=0", "--trace"}};
+  auto reps = stop_with_sigterm(run);
   for (auto& j : reps) {
     auto reason = j["stop_reason"].get<std::string>();
     EXPECT_NE(reason.find("SIGTERM"), std::string::npos) << j.dump();
@@ -224,14 +229,10 @@ TEST(StopSignal, SigtermLeavesNoSharedMemorySegmentBehind) {
     && run.wait_for(std::regex{"node [0-9] started, pid ([0-9]+)"}, 30s, &m))
     pids.push_back(m[1].str());
   ASSERT_EQ(pids.size(), 4u) << run.text();
-  ASSERT_TRUE(run.wait_for(std::regex{"train iteration 5 "}, 60s))
+  ASSERT_TRUE(run.wait_for(std::regex{"train iteration 3 "}, 60s))
     << run.text();
   EXPECT_GT(segments_of(pids), 0u) << "the run stored nothing in /dev/shm";
-  run.kill(SIGTERM);
-  auto rc = run.wait_exit(60s);
-  ASSERT_TRUE(rc) << run.text();
-  EXPECT_EQ(*rc, 0) << run.text();
-  expect_counted(reports(run), 2, run.text());
+  expect_counted(stop_with_sigterm(run), 2, run.text());
   // Before the graceful stop the nodes died by the signal and left
   // thousands of segments (5,082 in the hello_exchange run).
   EXPECT_EQ(segments_of(pids), 0u);
