@@ -33,7 +33,8 @@ struct random_policy {
 };
 
 // Runs `steps` random steps from reset(seed) and records everything.
-inline std::vector<float> trajectory(hopper& env, std::uint64_t seed, int steps) {
+inline std::vector<float> trajectory(hopper& env, std::uint64_t seed,
+                                     int steps) {
   std::vector<float> out;
   float obs[obs_dim];
   env.reset(seed, obs);
@@ -52,7 +53,8 @@ inline std::vector<float> trajectory(hopper& env, std::uint64_t seed, int steps)
   return out;
 }
 
-inline bool bit_equal(const std::vector<float>& x, const std::vector<float>& y) {
+inline bool bit_equal(const std::vector<float>& x,
+                      const std::vector<float>& y) {
   return x.size() == y.size()
     && std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
 }

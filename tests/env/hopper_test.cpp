@@ -8,7 +8,6 @@
 #include "dice/mujoco/model.hpp"
 
 #include "hopper_support.hpp"
-
 #include <gtest/gtest.h>
 #include <mujoco/mujoco.h>
 
@@ -99,7 +98,6 @@ TEST(Hopper, VelocitiesAreClippedInTheObservation) {
   EXPECT_EQ(obs[5 + 3], 10.0f);
   EXPECT_EQ(obs[5 + 4], -10.0f);
 }
-
 
 TEST(Hopper, ASeedReproducesATrajectoryBitExactly) {
   hopper a{1};

@@ -3,17 +3,19 @@
 // model of another shape is refused, and a step that runs out of
 // constraint rows is an error rather than other physics.
 
+#include "dice/core/errc.hpp"
+#include "dice/env/vector_env.hpp"
 #include "dice/mujoco/hopper.hpp"
 #include "dice/mujoco/model.hpp"
 
 #include "hopper_support.hpp"
 #include <gtest/gtest.h>
 #include <mujoco/mujoco.h>
-
 #include <unistd.h>
 
 #include <cstdlib>
 #include <fstream>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -112,7 +114,6 @@ TEST(MujocoModel, AModelOfAnotherShapeIsRefusedByTheHopper) {
   ASSERT_FALSE(v);
   EXPECT_EQ(v.error(), dice::errc::invalid_config);
 }
-
 
 TEST(MujocoModel, AStepThatRunsOutOfConstraintRowsIsAnError) {
   // The same hopper with room for 2 constraint rows: the first contact
