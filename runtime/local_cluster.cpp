@@ -158,12 +158,8 @@ run_local(caf::actor_system& sys, std::vector<local_node> local_nodes,
   // Declared after `self`: unregistered before the scoped actor is gone.
   std::shared_ptr<void> signals;
   if (opts.stop_on_signals && !nodes.empty())
-    signals = on_stop_signal(
-      [to = caf::actor_cast<caf::actor>(self), first_node](int sig) {
-        caf::anon_send(to,
-                       finish{first_node,
-                              std::string{"SIG"} + ::sigabbrev_np(sig), false});
-      });
+    signals = finish_on_stop_signal(caf::actor_cast<caf::actor>(self),
+                                    first_node);
   std::map<std::uint32_t, node_report> reports;
   std::size_t downs = 0;
   bool timed_out = false;

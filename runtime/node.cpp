@@ -19,13 +19,11 @@
 #include "caf/io/middleman.hpp"
 #include "caf/openssl/manager.hpp"
 #include "caf/scoped_actor.hpp"
-#include "caf/send.hpp"
 
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
-#include <cstring>
 #include <iostream>
 
 namespace dice {
@@ -215,11 +213,7 @@ caf::expected<node_report> node::run(pipeline pipe, node_run_options opts) {
   // Declared after `self`: unregistered before the scoped actor is gone.
   std::shared_ptr<void> signals;
   if (opts.stop_on_signals)
-    signals = on_stop_signal(
-      [to = caf::actor_cast<caf::actor>(self), id = cfg_.id](int sig) {
-        caf::anon_send(
-          to, finish{id, std::string{"SIG"} + ::sigabbrev_np(sig), false});
-      });
+    signals = finish_on_stop_signal(caf::actor_cast<caf::actor>(self), cfg_.id);
   std::optional<node_report> rep;
   bool down = false;
   bool timed_out = false;

@@ -1,6 +1,9 @@
 #include "dice/runtime/stop_signals.hpp"
 
 #include "dice/logging/log.hpp"
+#include "dice/messages/finish.hpp"
+
+#include "caf/send.hpp"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -116,6 +119,14 @@ std::shared_ptr<void> on_stop_signal(std::function<void(int)> fn) {
     auto& reg = the_registry();
     std::lock_guard<std::mutex> guard{reg.mtx};
     reg.callbacks.erase(it);
+  });
+}
+
+std::shared_ptr<void> finish_on_stop_signal(const caf::actor& to,
+                                            std::uint32_t node) {
+  return on_stop_signal([to, node](int sig) {
+    caf::anon_send(
+      to, finish{node, std::string{"SIG"} + ::sigabbrev_np(sig), false});
   });
 }
 

@@ -8,6 +8,9 @@
 // written and the process exits 0. A second signal takes the signal's
 // default action at once (the process dies as it did before).
 
+#include "caf/actor.hpp"
+
+#include <cstdint>
 #include <functional>
 #include <memory>
 
@@ -18,6 +21,12 @@ namespace dice {
 /// at once if one already did; the callback is forgotten when the returned
 /// handle is destroyed.
 std::shared_ptr<void> on_stop_signal(std::function<void(int)> fn);
+
+/// on_stop_signal with a callback that sends `to` (a scoped actor waiting
+/// on the run) `finish{node, "SIGTERM" or "SIGINT", not failed}`, which it
+/// hands to the role actor that finishes.
+std::shared_ptr<void> finish_on_stop_signal(const caf::actor& to,
+                                            std::uint32_t node);
 
 /// The first SIGINT or SIGTERM this process received since the handlers
 /// were installed (0: none).
