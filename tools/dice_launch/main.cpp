@@ -10,7 +10,9 @@
 // Each node gets `--dice.node-id= --dice.workers= --dice.topology=
 // --dice.host= --dice.port= --dice.listen-fd=3 --dice.attach-to=` on its
 // command line (and `--dice.learners=L` with --learners: nodes 0..L-1 are
-// learners forming one data-parallel group, docs/learner_group.md). Nodes
+// learners forming one data-parallel group, docs/learner_group.md), right
+// after the program, or after all of its arguments when the program is a
+// Python interpreter (`-- python3 pipeline.py`, read by dice.run). Nodes
 // listen on --host (default 127.0.0.1: loopback only), on a socket the
 // launcher bound before it started any node (ports.cpp; an ephemeral port
 // without --ports) and passes as fd 3, so all nodes start at once. With
@@ -50,6 +52,12 @@ volatile std::sig_atomic_t last_signal = 0;
 std::optional<dice::process::fork_client> forks;
 
 namespace {
+
+/// True for a Python interpreter (python, python3, python3.11, ...).
+bool is_python(const std::string& program) {
+  auto name = program.substr(program.rfind('/') + 1);
+  return name.rfind("python", 0) == 0;
+}
 
 void on_signal(int sig) {
   last_signal = sig;
@@ -230,6 +238,12 @@ int main(int argc, char** argv) {
     if (!opts.attach_to.empty())
       attach += (attach.empty() ? "" : ",") + opts.attach_to;
     std::vector<std::string> args{opts.command.front()};
+    // A Python interpreter reads options of its own before the script: its
+    // node gets the settings after the script's arguments (dice.run reads
+    // them there).
+    auto interpreter = is_python(opts.command.front());
+    if (interpreter)
+      args.assign(opts.command.begin(), opts.command.end());
     args.push_back("--dice.node-id=" + std::to_string(c.id));
     args.push_back("--dice.workers=" + std::to_string(opts.workers));
     if (opts.learners > 0)
@@ -244,7 +258,8 @@ int main(int argc, char** argv) {
     args.insert(args.end(), opts.pass_through.begin(), opts.pass_through.end());
     if (!spool.dir.empty())
       args.push_back("--dice.spool-dir=" + spool.of(c.id));
-    args.insert(args.end(), opts.command.begin() + 1, opts.command.end());
+    if (!interpreter)
+      args.insert(args.end(), opts.command.begin() + 1, opts.command.end());
     c.argv = args;
     if (!spawn(c, args)) {
       std::cerr << "[dice-launch] cannot start node " << c.id << " ("

@@ -1,0 +1,155 @@
+// DI-engine's distributed middleware for Python: the C++ exchangers and
+// loaders themselves, built for the node main() is building.
+
+#include "bindings.hpp"
+
+#include "dice/actors/model_loader.hpp"
+#include "dice/actors/storage_loader.hpp"
+#include "dice/exchangers/context_exchanger.hpp"
+#include "dice/exchangers/model_exchanger.hpp"
+#include "dice/exchangers/periodical_model_exchanger.hpp"
+#include "dice/runtime/run.hpp"
+
+#include <chrono>
+#include <cmath>
+
+namespace dice::python {
+
+namespace {
+
+/// DI-engine's FileStorageLoader / FileModelLoader: spawned for the node
+/// being built when an exchanger takes it.
+struct py_loader {
+  loader_options opts;
+  bool model = false;
+};
+
+node_setup& setup_of(const char* what) {
+  auto n = current_node();
+  if (n == nullptr || n->setup == nullptr)
+    throw py::value_error(std::string{what}
+                          + " is made inside main() while dice builds a node");
+  return *n->setup;
+}
+
+caf::timespan seconds(double s) {
+  if (!std::isfinite(s) || s > 1e9)
+    return caf::timespan::max();
+  if (s < 0)
+    throw py::value_error("a duration cannot be negative");
+  return std::chrono::duration_cast<caf::timespan>(
+    std::chrono::duration<double>(s));
+}
+
+py_loader& loader_of(const py::object& x, bool model, const char* arg) {
+  if (!py::isinstance<py_loader>(x) || x.cast<py_loader&>().model != model)
+    throw py::type_error(std::string{arg} + " must be a "
+                         + (model ? "FileModelLoader" : "FileStorageLoader"));
+  return x.cast<py_loader&>();
+}
+
+template <class Actor, class Spawn>
+Actor spawn_loader(node_setup& n, py_loader& l, Spawn spawn) {
+  auto opts = l.opts;
+  opts.node = n.id();
+  return spawn(n.system(), opts);
+}
+
+py_middleware wrap(middleware m) {
+  auto name = m.name;
+  return py_middleware{std::make_unique<middleware>(std::move(m)), name};
+}
+
+} // namespace
+
+void bind_exchangers(py::module_& m) {
+  py::class_<py_middleware>(m, "Middleware",
+                            "A dice middleware written in C++.")
+    .def_readonly("name", &py_middleware::name)
+    .def("__repr__", [](const py_middleware& x) {
+      return "<dice middleware " + x.name + ">";
+    });
+
+  py::class_<py_loader>(m, "Loader", "A storage or model loader.")
+    .def(py::init([](std::string dirname, double ttl, bool model, bool shm) {
+           py_loader l;
+           l.opts.dirname = std::move(dirname);
+           l.opts.ttl = seconds(ttl);
+           l.opts.kind = shm ? storage_kind::shm : storage_kind::file;
+           l.model = model;
+           return l;
+         }),
+         py::arg("dirname"), py::arg("ttl"), py::arg("model"),
+         py::arg("shm") = false);
+
+  m.def(
+    "context_exchanger",
+    [](std::int64_t skip_n_iter, py::object storage_loader,
+       std::size_t max_in_flight, double timeout) {
+      auto& n = setup_of("ContextExchanger");
+      context_exchanger_options opts;
+      opts.skip_n_iter = skip_n_iter;
+      opts.max_in_flight = max_in_flight;
+      opts.timeout = seconds(timeout);
+      opts.learner_timeout = seconds(timeout);
+      if (!storage_loader.is_none())
+        opts.storage_loader = spawn_loader<storage_loader_actor>(
+          n, loader_of(storage_loader, false, "storage_loader"),
+          [](caf::actor_system& sys, const loader_options& o) {
+            return spawn_storage_loader(sys, o);
+          });
+      return wrap(context_exchanger(std::move(opts)));
+    },
+    py::arg("skip_n_iter"), py::arg("storage_loader"),
+    py::arg("max_in_flight"), py::arg("timeout"));
+
+  m.def(
+    "model_exchanger",
+    [](py::object model, py::object model_loader, double timeout) {
+      auto& n = setup_of("ModelExchanger");
+      model_exchanger_options opts;
+      opts.timeout = seconds(timeout);
+      if (!model_loader.is_none())
+        opts.model_loader = spawn_loader<model_loader_actor>(
+          n, loader_of(model_loader, true, "model_loader"),
+          [](caf::actor_system& sys, const loader_options& o) {
+            return spawn_model_loader(sys, o);
+          });
+      return wrap(model_exchanger(python_model(std::move(model)), opts));
+    },
+    py::arg("model"), py::arg("model_loader"), py::arg("timeout"));
+
+  m.def(
+    "periodical_model_exchanger",
+    [](py::object model, const std::string& mode, std::int64_t period,
+       double delay_toleration, std::int64_t stale_toleration,
+       std::string event_name, py::object model_loader, double timeout) {
+      auto& n = setup_of("PeriodicalModelExchanger");
+      periodical_model_exchanger_options opts;
+      auto parsed = parse_exchange_mode(mode);
+      if (!parsed)
+        throw py::value_error("mode must be 'send' or 'receive', not '" + mode
+                              + "'");
+      if (period < 1)
+        throw py::value_error("period must be at least 1");
+      opts.mode = *parsed;
+      opts.period = period;
+      opts.delay_toleration = seconds(delay_toleration);
+      opts.stale_toleration = stale_toleration;
+      opts.event_name = std::move(event_name);
+      opts.timeout = seconds(timeout);
+      if (!model_loader.is_none())
+        opts.model_loader = spawn_loader<model_loader_actor>(
+          n, loader_of(model_loader, true, "model_loader"),
+          [](caf::actor_system& sys, const loader_options& o) {
+            return spawn_model_loader(sys, o);
+          });
+      return wrap(
+        periodical_model_exchanger(python_model(std::move(model)), opts));
+    },
+    py::arg("model"), py::arg("mode"), py::arg("period"),
+    py::arg("delay_toleration"), py::arg("stale_toleration"),
+    py::arg("event_name"), py::arg("model_loader"), py::arg("timeout"));
+}
+
+} // namespace dice::python
