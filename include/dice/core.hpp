@@ -18,6 +18,7 @@
 #include "dice/exchangers/periodical_model_exchanger.hpp"
 #include "dice/logging/log.hpp"
 #include "dice/messages/payload.hpp"
+#include "dice/messages/value.hpp"
 #include "dice/pipeline/context.hpp"
 #include "dice/pipeline/middleware.hpp"
 #include "dice/pipeline/node_services.hpp"

@@ -174,7 +174,7 @@ middleware python_stage(std::shared_ptr<py_node> node, py::object fn,
 middleware node_stage(std::shared_ptr<py_node> node);
 
 /// Records a Python exception of node `node` (the first one is kept) and
-/// returns its traceback as text.
+/// returns `where` followed by its traceback.
 std::string record_failure(py_node& node, py::error_already_set& e,
                            const std::string& where);
 

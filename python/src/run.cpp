@@ -33,7 +33,7 @@ void build_node(node_setup& n, const std::shared_ptr<gil_object>& main,
     } catch (py::error_already_set& e) {
       node->setup = nullptr;
       throw std::runtime_error(
-        record_failure(*node, e, "main() of node " + std::to_string(n.id())));
+        record_failure(*node, e, "main() raised:\n"));
     }
   }
   node->setup = nullptr;

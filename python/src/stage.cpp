@@ -63,12 +63,11 @@ current_scope::~current_scope() {
 
 std::string record_failure(py_node& node, py::error_already_set& e,
                            const std::string& where) {
-  std::string text = where + " raised " + e.what();
+  std::string text = where + e.what();
   try {
     auto tb = py::module_::import("traceback");
     auto lines = tb.attr("format_exception")(e.type(), e.value(), e.trace());
-    text = where + " raised:\n"
-           + py::str("").attr("join")(lines).cast<std::string>();
+    text = where + py::str("").attr("join")(lines).cast<std::string>();
     while (!text.empty() && text.back() == '\n')
       text.pop_back();
   } catch (py::error_already_set&) {
@@ -101,7 +100,7 @@ middleware python_stage(std::shared_ptr<py_node> node, py::object fn,
       }
       leave_context(ctx);
     } catch (py::error_already_set& e) {
-      fail(*node, e, "middleware '" + name + "'");
+      fail(*node, e, "");
     }
     return proceed;
   };
@@ -118,7 +117,7 @@ middleware python_stage(std::shared_ptr<py_node> node, py::object fn,
       advance(gen);
       leave_context(ctx);
     } catch (py::error_already_set& e) {
-      fail(*node, e, "middleware '" + name + "' (after its yield)");
+      fail(*node, e, "after its yield: ");
     }
   };
   return m;
@@ -146,7 +145,8 @@ middleware node_stage(std::shared_ptr<py_node> node) {
           auto args = unpack_list({x});
           handler->get()(*args);
         } catch (py::error_already_set& e) {
-          auto text = record_failure(*who, e, "handler of event '" + ev + "'");
+          auto text = record_failure(*who, e,
+                                     "handler of event '" + ev + "' raised:\n");
           log::error(who->id, text);
           if (who->services)
             who->services->request_finish("error: " + text);

@@ -60,7 +60,7 @@ _VOID = _Void()
 
 
 def _name_of(fn):
-    name = getattr(fn, "__qualname__", None) or type(fn).__qualname__
+    name = getattr(fn, "__name__", None) or type(fn).__name__
     return str(name)
 
 

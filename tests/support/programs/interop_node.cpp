@@ -1,0 +1,117 @@
+// dice_interop_node: a C++ node for the Python interop tests
+// (tests/python/test_interop.py). Its model is torch.nn.Linear(4, 2)'s
+// ("weight", "bias"), and its context travels as dice values
+// (dice::pack_values), so Python nodes of the same cluster load its model
+// and read its trajectories, and it reads theirs.
+//
+// learner:   each iteration unpacks what arrived (dicts {"obs": float32[4],
+//            "src": str}), logs "learner got N items (python P, cpp C)",
+//            adds 1 to the bias and runs --iterations iterations.
+// collector: sends one {"obs": ones(4) * node, "src": "cpp"} per iteration
+//            and logs the bias it holds.
+// evaluator: logs the bias it holds.
+
+#include "dice/dice.hpp"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace {
+
+struct config : dice::run_config {
+  std::int64_t iterations = 5;
+  config() {
+    opt_group{custom_options_, "global"}.add(iterations, "iterations",
+                                             "learner iterations");
+  }
+};
+
+float bias0(const torch::nn::Linear& net) {
+  return net->bias[0].item<float>();
+}
+
+dice::middleware learn(torch::nn::Linear net, std::uint32_t node) {
+  dice::middleware m;
+  m.name = "learn";
+  m.before = [net, node](dice::context& ctx) -> dice::step {
+    auto items = dice::unpack_values(ctx.trajectories);
+    if (!items)
+      throw std::runtime_error("bad trajectories: "
+                               + dice::render(items.error()));
+    std::int64_t python = 0;
+    std::int64_t cpp = 0;
+    for (auto& x : *items) {
+      auto obs = x.find("obs");
+      auto src = x.find("src");
+      if (obs == nullptr || obs->kind != dice::value_kind::array
+          || obs->array.type != dice::dtype::float32
+          || obs->array.shape != std::vector<std::int64_t>{4} || src == nullptr)
+        throw std::runtime_error("an item is not {obs: float32[4], src}");
+      (src->text == "python" ? python : cpp) += 1;
+    }
+    dice::log::info(node, "learner got {} items (python {}, cpp {})",
+                    items->size(), python, cpp);
+    torch::NoGradGuard no_grad;
+    net->bias.add_(1.0);
+    ctx.train_iter += 1;
+    return dice::proceed;
+  };
+  return m;
+}
+
+dice::middleware collect(torch::nn::Linear net, std::uint32_t node) {
+  dice::middleware m;
+  m.name = "collect";
+  m.before = [net, node](dice::context& ctx) -> dice::step {
+    dice::log::info(node, "collector bias {}", bias0(net));
+    auto obs = std::make_shared<std::vector<float>>(4, static_cast<float>(node));
+    dice::value_array a;
+    a.type = dice::dtype::float32;
+    a.shape = {4};
+    a.data = reinterpret_cast<const std::uint8_t*>(obs->data());
+    a.nbytes = 4 * sizeof(float);
+    a.owner = obs;
+    auto item = dice::value::dict({"obs", "src"},
+                                  {dice::value::of(std::move(a)),
+                                   dice::value::of(std::string{"cpp"})});
+    auto packed = dice::pack_values({item}, node, ctx.model_version);
+    if (!packed)
+      throw std::runtime_error(dice::render(packed.error()));
+    ctx.trajectories = {std::move(*packed)};
+    ctx.env_step += 1;
+    return dice::proceed;
+  };
+  return m;
+}
+
+dice::middleware watch(torch::nn::Linear net, std::uint32_t node) {
+  dice::middleware m;
+  m.name = "watch";
+  m.before = [net, node](dice::context& ctx) -> dice::step {
+    dice::log::info(node, "evaluator bias {} train_iter {}", bias0(net),
+                    ctx.train_iter);
+    return dice::proceed;
+  };
+  return m;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  return dice::run<config>(
+    argc, argv, [](dice::node_setup& n, const config& cfg) {
+      torch::manual_seed(0);
+      torch::nn::Linear net{4, 2};
+      n.use(dice::context_exchanger());
+      n.use(dice::model_exchanger(dice::model_port_of(net.ptr())));
+      switch (n.role()) {
+        case dice::role::learner:
+          n.use(learn(net, n.id()));
+          n.max_step(cfg.iterations);
+          break;
+        case dice::role::evaluator: n.use(watch(net, n.id())); break;
+        default: n.use(collect(net, n.id()));
+      }
+    });
+}
