@@ -47,6 +47,7 @@ class Process:
             with self._cond:
                 self.lines.append(line.rstrip("\n"))
                 self._cond.notify_all()
+        self.proc.stdout.close()
         with self._cond:
             self._done = True
             self._cond.notify_all()
@@ -96,7 +97,9 @@ class Process:
         for line in list(self.lines):
             start = line.find('{"node":')
             if start >= 0:
-                rep = json.loads(line[start:])
+                # Other output may follow on the line (stdout and stderr
+                # share the pipe): the report is the first JSON object.
+                rep, _ = json.JSONDecoder().raw_decode(line[start:])
                 result[rep["node"]] = rep
         return result
 
