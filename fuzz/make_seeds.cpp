@@ -5,6 +5,7 @@
 #include "dice/messages/detail/peer_hello.hpp"
 #include "dice/messages/model_snapshot.hpp"
 #include "dice/messages/payload.hpp"
+#include "dice/messages/value.hpp"
 #include "net/preamble.hpp"
 
 #include "caf/binary_serializer.hpp"
@@ -51,6 +52,83 @@ dice::model_snapshot snapshot() {
   b.add("fc.weight", dice::dtype::float32, {2, 3}, w, sizeof(w));
   b.add("bn.num_batches_tracked", dice::dtype::int64, {}, &n, sizeof(n));
   return b.build(1, 42, 3, 1000);
+}
+
+// dice::value seeds are plain encodings (value_fuzz reads the input as one).
+void seed_value(const std::string& dir, const std::string& name,
+                const dice::shared_bytes& bytes) {
+  std::ofstream out{dir + "/" + name, std::ios::binary};
+  out.write(reinterpret_cast<const char*>(bytes.data()),
+            static_cast<std::streamsize>(bytes.size()));
+}
+
+void seed_value(const std::string& dir, const std::string& name,
+                const dice::value& x) {
+  auto bytes = dice::encode_value(x);
+  if (!bytes) {
+    std::cerr << "cannot encode " << name << "\n";
+    std::exit(1);
+  }
+  seed_value(dir, name, *bytes);
+}
+
+// An array viewing `data` (static: the seeds are written before it goes).
+dice::value array(dice::dtype type, std::vector<std::int64_t> shape,
+                  const void* data, std::size_t nbytes,
+                  dice::array_flavor flavor = dice::array_flavor::numpy) {
+  dice::value_array a;
+  a.type = type;
+  a.shape = std::move(shape);
+  a.data = static_cast<const std::uint8_t*>(data);
+  a.nbytes = nbytes;
+  a.flavor = flavor;
+  return dice::value::of(std::move(a));
+}
+
+void seed_values(const std::string& dir) {
+  using dice::value;
+  static const std::uint8_t raw[64] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+  auto i64 = [](std::int64_t x) {
+    return value::of(x);
+  };
+  auto transition = [&](std::int64_t i) {
+    return value::dict({"obs", "action", "reward", "done"},
+                       {array(dice::dtype::float32, {2, 2}, raw, 16), i64(i),
+                        value::of(0.5 * i), value::of(i == 2)});
+  };
+  auto info = value::dict(
+    {"name", "raw", "none", "pair", "empty"},
+    {value::of("h\u00e9llo \u2603 \U0001F3B2"),
+     value::of_bytes(std::string{"\0\xff", 2}), value::none(),
+     value::tuple({i64(1), value::of(2.5)}),
+     value::list({value::list({}), value::dict({}, {}), value::tuple({})})});
+  seed_value(
+    dir, "nested",
+    value::dict(
+      {"step", "info", "t", "x"},
+      {array(dice::dtype::int64, {}, raw, 8, dice::array_flavor::numpy_scalar),
+       info,
+       array(dice::dtype::bfloat16, {1}, raw, 2, dice::array_flavor::tensor),
+       transition(1)}));
+  auto items = dice::pack_values({transition(0), transition(1), transition(2)});
+  seed_value(dir, "items", items->bytes);
+  seed_value(dir, "scalars",
+             value::tuple({value::none(), value::of(false), value::of(true),
+                           i64(INT64_MIN), i64(INT64_MAX), i64(-1),
+                           value::of(-0.0), value::of(1e300), value::of(""),
+                           value::of_bytes("")}));
+  std::vector<value> arrays;
+  for (int t = 0; t <= static_cast<int>(dice::dtype::boolean); ++t) {
+    auto type = static_cast<dice::dtype>(t);
+    arrays.push_back(array(type, {}, raw, dice::element_size(type)));
+    arrays.push_back(array(type, {2, 0}, raw, 0));
+    arrays.push_back(array(type, {2, 1}, raw, 2 * dice::element_size(type)));
+  }
+  seed_value(dir, "arrays", value::list(std::move(arrays)));
+  auto deep = value::list({});
+  for (int i = 0; i < 9; ++i)
+    deep = value::list({std::move(deep)});
+  seed_value(dir, "deep", deep);
 }
 
 } // namespace
@@ -125,5 +203,6 @@ int main(int argc, char** argv) {
   std::string basp(32, '\0');
   basp[0] = 1; // CAF 0.17's crash frame: a client handshake, no payload
   bytes("basp_crash_frame", (31 << 2) | 1, basp);
+  seed_values(root + "/value");
   return 0;
 }
