@@ -13,16 +13,18 @@ import sys
 
 
 def launcher():
-    """Path of the dice-launch this package belongs to."""
+    """Path of the dice-launch this package belongs to: $DICE_LAUNCH, else
+    the bin/ beside the build or install prefix the package sits in
+    (build/python/dice, PREFIX/lib/python3.X/dist-packages/dice), else PATH."""
     path = os.environ.get("DICE_LAUNCH")
     if path:
         return path
-    try:
-        from ._paths import LAUNCHER
-        if os.access(LAUNCHER, os.X_OK):
-            return LAUNCHER
-    except ImportError:
-        pass
+    here = os.path.dirname(os.path.abspath(__file__))
+    for up in range(2, 6):
+        root = os.path.join(here, *[".."] * up)
+        candidate = os.path.normpath(os.path.join(root, "bin", "dice-launch"))
+        if os.access(candidate, os.X_OK):
+            return candidate
     found = shutil.which("dice-launch")
     if found:
         return found

@@ -13,6 +13,17 @@ namespace dice::python {
 
 namespace {
 
+/// dice::run's options, with CAF's workers that do not spin for work: a
+/// Python cluster runs more processes than cores, and idle workers polling
+/// took the cores from the nodes with work (as for dice::rl's programs;
+/// --work-stealing.* on the command line still sets them).
+struct python_config : run_config {
+  python_config() {
+    set("work-stealing.aggressive-poll-attempts", 0);
+    set("work-stealing.moderate-poll-attempts", 0);
+  }
+};
+
 void build_node(node_setup& n, const std::shared_ptr<gil_object>& main,
                 const std::shared_ptr<run_errors>& errors) {
   py::gil_scoped_acquire gil;
@@ -64,7 +75,7 @@ void bind_run(py::module_& m) {
       int rc = 0;
       {
         py::gil_scoped_release nogil;
-        rc = dice::run(argc, argv.data(), [&](node_setup& n) {
+        rc = dice::run<python_config>(argc, argv.data(), [&](node_setup& n) {
           build_node(n, fn, errors);
         });
       }

@@ -37,4 +37,37 @@ if [ -f "$build_dir/bin/custom_env" ]; then
     { echo "custom_env wrote no summary" >&2; exit 1; }
   echo "custom_env built against the installed dice::rl and ran"
 fi
+if ls "$build_dir"/python/dice/_core*.so >/dev/null 2>&1; then
+  # The Python package, installed where Debian's python3 looks under the
+  # prefix: it imports, carries a value, runs a pipeline and finds the
+  # installed dice-launch.
+  pkg=$(dirname "$(find "$work/prefix" -path '*/dice/__init__.py' | head -1)")
+  [ -n "$pkg" ] || { echo "the dice package was not installed" >&2; exit 1; }
+  cat >"$work/pipeline.py" <<'PY'
+import numpy as np
+import dice
+from dice.framework import task
+from dice.framework.middleware import ContextExchanger
+got = []
+def main():
+    task.use(ContextExchanger())
+    if task.has_role(task.role.LEARNER):
+        def train(ctx):
+            got.extend(ctx.trajectories or [])
+            if len(got) >= 3:
+                task.finish = True
+        task.use(train)
+    elif task.has_role(task.role.COLLECTOR):
+        task.use(lambda ctx: setattr(ctx, "trajectories", [{"x": np.ones(2)}]))
+assert dice.codec.decode(dice.codec.encode({"a": [1]})) == {"a": [1]}
+assert dice.run(main, ["--collectors=1"]) == 0 and len(got) >= 3
+import dice.launch
+print("python package ok, launcher", dice.launch.launcher())
+PY
+  out=$(cd "$work" && PYTHONPATH="$(dirname "$pkg")" /usr/bin/python3 pipeline.py 2>&1) ||
+    { echo "$out" >&2; exit 1; }
+  echo "$out" | grep -q "launcher $work/prefix/bin/dice-launch" ||
+    { echo "$out" >&2; echo "dice.launch did not find the installed dice-launch" >&2; exit 1; }
+  echo "python package installed, imported and ran"
+fi
 echo "install test passed"

@@ -4,10 +4,15 @@ interop_node.cpp): same model (torch.nn.Linear(4, 2)), same context items
 of one cluster can stand in for each other.
 
     interop_node.py [--iterations=N] [dice options]   (N = 0: until stopped)
+
+bench/run times it (--quiet --hidden=K: model rounds against the C++ twin;
+--items=B --no-model: transitions/s of DI-engine-shaped context).
 """
 
 import argparse
+import json
 import sys
+import time
 
 import numpy as np
 import torch
@@ -17,44 +22,88 @@ from dice.framework import task
 from dice.framework.middleware import ContextExchanger, ModelExchanger
 
 
-def main(iterations):
+WARMUP = 2  # learner iterations before the clock starts (--quiet)
+
+
+def transitions(node, n, obs):
+    """n transitions as DI-engine's collectors send them: one dict each."""
+    shape, dtype = {"cartpole": ((4,), np.float32),
+                    "atari": ((4, 84, 84), np.uint8)}[obs]
+    o = np.full(shape, node % 200, dtype)
+    return [{"obs": o, "next_obs": o, "action": np.int64(1),
+             "reward": np.float32(1.0), "done": False, "src": "python"}
+            for _ in range(n)]
+
+
+def main(args):
     torch.manual_seed(0)
-    net = torch.nn.Linear(4, 2)
+    net = (torch.nn.Linear(args.hidden, args.hidden) if args.hidden
+           else torch.nn.Linear(4, 2))
     node = task.router.node_id
+    say = (lambda *a, **k: None) if args.quiet else print
     with task.start():
         task.use(ContextExchanger())
-        task.use(ModelExchanger(net))
+        if not args.no_model:
+            task.use(ModelExchanger(net))
         if task.has_role(task.role.LEARNER):
+            clock = {"items": 0}
+
             def learn(ctx):
                 items = ctx.trajectories or []
-                src = [x["src"] for x in items]
-                for x in items:
-                    assert x["obs"].dtype == np.float32 and x["obs"].shape == (4,)
-                print(f"[node {node}] learner got {len(items)} items (python "
-                      f"{src.count('python')}, cpp {src.count('cpp')})",
-                      flush=True)
+                if ctx.total_step == WARMUP:
+                    clock["t0"] = time.perf_counter()
+                elif ctx.total_step > WARMUP:
+                    clock["items"] += len(items)
+                if not args.quiet:
+                    src = [x["src"] for x in items]
+                    for x in items:
+                        assert x["obs"].dtype == np.float32
+                        assert x["obs"].shape == (4,)
+                    print(f"[node {node}] learner got {len(items)} items "
+                          f"(python {src.count('python')}, cpp "
+                          f"{src.count('cpp')})", flush=True)
                 with torch.no_grad():
                     net.bias.add_(1.0)
                 ctx.train_iter += 1
+                if args.quiet and ctx.total_step == args.iterations - 1:
+                    seconds = time.perf_counter() - clock["t0"]
+                    print(json.dumps({"bench": "learner",
+                                      "rounds": args.iterations - 1 - WARMUP,
+                                      "seconds": seconds,
+                                      "items": clock["items"]}), flush=True)
             task.use(learn)
-            if iterations > 0:
-                task.run(max_step=iterations)
+            if args.iterations > 0:
+                task.run(max_step=args.iterations)
         elif task.has_role(task.role.EVALUATOR):
-            task.use(lambda ctx: print(
+            task.use(lambda ctx: say(
                 f"[node {node}] evaluator bias {float(net.bias[0])} "
                 f"train_iter {ctx.train_iter}", flush=True))
         else:
             def collect(ctx):
-                print(f"[node {node}] collector bias {float(net.bias[0])}",
-                      flush=True)
-                ctx.trajectories = [{"obs": np.full(4, node, np.float32),
-                                     "src": "python"}]
-                ctx.env_step += 1
+                say(f"[node {node}] collector bias {float(net.bias[0])}",
+                    flush=True)
+                if args.items:
+                    ctx.trajectories = transitions(node, args.items, args.obs)
+                else:
+                    ctx.trajectories = [{"obs": np.full(4, node, np.float32),
+                                         "src": "python"}]
+                ctx.env_step += len(ctx.trajectories)
             task.use(collect)
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--iterations", type=int, default=5)
+    parser.add_argument("--hidden", type=int, default=0,
+                        help="model: Linear(hidden, hidden) (0: Linear(4, 2))")
+    parser.add_argument("--items", type=int, default=0,
+                        help="collectors send this many transitions each")
+    parser.add_argument("--obs", choices=["cartpole", "atari"],
+                        default="cartpole")
+    parser.add_argument("--no-model", action="store_true",
+                        help="no ModelExchanger (context only)")
+    parser.add_argument("--quiet", action="store_true",
+                        help="no line per iteration; the learner prints its "
+                             "timing as JSON at the end")
     args, rest = parser.parse_known_args()
-    sys.exit(dice.run(lambda: main(args.iterations), rest))
+    sys.exit(dice.run(lambda: main(args), rest))
