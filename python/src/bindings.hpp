@@ -141,8 +141,9 @@ struct py_node : std::enable_shared_from_this<py_node> {
   std::shared_ptr<gil_object> ctx;
   /// task.on handlers: (event, function).
   std::vector<std::pair<std::string, std::shared_ptr<gil_object>>> handlers;
-  /// task.finish was set from Python.
+  /// task.finish was set from Python, and why.
   bool finish_requested = false;
+  std::string finish_reason = "task.finish";
   /// Iterations (task.run(max_step=...)); 0: until finish.
   std::int64_t max_step = 0;
   /// Shared by all nodes of the process.

@@ -124,11 +124,15 @@ void bind_node(py::module_& m) {
         return n.finish_requested
                || (n.services != nullptr && n.services->finished());
       })
-    .def("request_finish", [](py_node& n) {
-      n.finish_requested = true;
-      if (n.services != nullptr && current_node() == &n)
-        n.services->request_finish("task.finish");
-    });
+    .def(
+      "request_finish",
+      [](py_node& n, std::string reason) {
+        n.finish_requested = true;
+        n.finish_reason = reason;
+        if (n.services != nullptr && current_node() == &n)
+          n.services->request_finish(std::move(reason));
+      },
+      py::arg("reason") = "task.finish");
   m.def(
     "current",
     []() -> py::object {

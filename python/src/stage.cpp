@@ -156,7 +156,7 @@ middleware node_stage(std::shared_ptr<py_node> node) {
   };
   m.before = [node](context&) -> step {
     if (node->finish_requested && node->services)
-      node->services->request_finish("task.finish");
+      node->services->request_finish(node->finish_reason);
     return proceed;
   };
   return m;

@@ -134,6 +134,21 @@ class Task:
         return _Router(self._node())
 
     @property
+    def workers(self):
+        """Nodes in the cluster (dice's; DI-engine has no such field)."""
+        return self._node().workers
+
+    @property
+    def distributed(self):
+        """This process is one node of a multi-process cluster."""
+        return self._node().distributed
+
+    @property
+    def restarts(self):
+        """Restarts of this node so far (its process and its role actor)."""
+        return self._node().restarts
+
+    @property
     def ctx(self):
         return self._node().ctx
 
@@ -144,8 +159,11 @@ class Task:
 
     @finish.setter
     def finish(self, value):
+        """True ends the run after this iteration; a str does too and is the
+        reason the nodes' reports give (dice's addition)."""
         if value:
-            self._node().request_finish()
+            self._node().request_finish(
+                value if isinstance(value, str) else "task.finish")
 
     def emit(self, event, *args, only_remote=False, only_local=False):
         """Sends args (dice values) to the other nodes' handlers of event
@@ -184,7 +202,7 @@ class Parallel:
                protocol="ipc", address=None, ports=None, topology="mesh",
                labels=None, node_ids=None, auto_recover=False,
                max_retries=float("inf"), redis_host=None, redis_port=None,
-               startup_interval=1):
+               startup_interval=1, argv=None):
         """Returns a function that runs main() on dice.
 
         Under dice.launch or srun the process is one node and the options
@@ -193,11 +211,14 @@ class Parallel:
         1). auto_recover restarts a failed node up to max_retries times (3
         when infinite). mq_type, protocol, address, ports, topology,
         labels, node_ids, redis_* and startup_interval are DI-engine's
-        transport settings; dice's are its --dice.* options.
+        transport settings; dice's are its --dice.* options, taken from
+        ``argv`` (default ``sys.argv[1:]``; a script with options of its own
+        passes what its parser left).
         """
+        options = list(sys.argv[1:] if argv is None else argv)
 
         def _runner(main, *args, **kwargs):
-            argv = list(sys.argv[1:])
+            argv = list(options)
             if not any(a.startswith("--dice.node-id") for a in argv):
                 argv.append(f"--collectors={max(n_parallel_workers - 2, 1)}")
             if auto_recover:

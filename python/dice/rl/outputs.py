@@ -27,6 +27,8 @@ import threading
 import time
 from collections import namedtuple
 
+from ..framework import task
+
 EvalPoint = namedtuple("EvalPoint", "env_step seconds train_iter mean min max")
 EvalPoint.__doc__ = "One evaluation: counters, seconds since start, returns."
 
@@ -34,11 +36,7 @@ EvalPoint.__doc__ = "One evaluation: counters, seconds since start, returns."
 def node_info():
     """(node id, nodes in the cluster, distributed) of the node whose main()
     or middleware runs on this thread."""
-    from .. import _core
-    node = _core.current()
-    if node is None:
-        raise RuntimeError("node_info() works inside main() or a middleware")
-    return node.id, node.workers, node.distributed
+    return task.router.node_id, task.workers, task.distributed
 
 
 def number(x):
@@ -285,7 +283,7 @@ class RunOutputs:
             self.node, self.distributed = node, distributed
             name = f"metrics-{node}.jsonl" if distributed else "metrics.jsonl"
             # A node dice-launch started again appends to its metrics.
-            again = distributed and _core.current().restarts > 0
+            again = distributed and task.restarts > 0
             self._metrics = open(self.path(name), "a" if again else "w")
             self._start = time.monotonic()
             self._cpu_start = time.process_time()
@@ -378,12 +376,11 @@ class RunOutputs:
     def stop(self, node, reason):
         """Ends the run (task.finish on this node's middleware) and notes
         the reason for the summary, unless the run is ending already."""
-        from ..framework import task
         with self._lock:
             if self._stop_reason is None:
                 self._stop_reason = f"{reason} (node {node})"
         self.progress_line.close()
-        task.finish = True
+        task.finish = reason  # the nodes' reports give it too
 
     def summary(self, failed=False):
         """The summary finish() writes, as a dict."""
