@@ -82,6 +82,8 @@ def main(args):
             def collect(ctx):
                 say(f"[node {node}] collector bias {float(net.bias[0])}",
                     flush=True)
+                if args.fail_once and task.restarts == 0 and ctx.total_step == 1:
+                    raise RuntimeError(f"node {node} fails once")
                 if args.items:
                     ctx.trajectories = transitions(node, args.items, args.obs)
                 else:
@@ -102,6 +104,8 @@ if __name__ == "__main__":
                         default="cartpole")
     parser.add_argument("--no-model", action="store_true",
                         help="no ModelExchanger (context only)")
+    parser.add_argument("--fail-once", action="store_true",
+                        help="collectors raise in their first incarnation")
     parser.add_argument("--quiet", action="store_true",
                         help="no line per iteration; the learner prints its "
                              "timing as JSON at the end")

@@ -1,6 +1,8 @@
 """DI-engine's pipeline rules through dice's Python API, in one process
 (the nodes are role actors of this process; docs/exchangers.md)."""
 
+import os
+import tempfile
 import threading
 import unittest
 
@@ -8,6 +10,7 @@ import numpy as np
 import torch
 
 import dice
+from dice.data import FileModelLoader, FileStorageLoader
 from dice.framework import task
 from dice.framework.context import OnlineRLContext
 from dice.framework.middleware import (ContextExchanger, ModelExchanger,
@@ -92,6 +95,39 @@ class PipelineTest(unittest.TestCase):
             self.assertEqual(env_step, items)
         self.assertTrue(got["ends_ok"], "trajectory_end_idx not offset")
         self.assertEqual(len(sent), 3)
+
+    def test_context_and_models_travel_through_file_loaders(self):
+        got = {"items": 0, "weights": []}
+        with tempfile.TemporaryDirectory() as tmp:
+            def main():
+                model = torch.nn.Linear(3, 1)
+                with task.start():
+                    task.use(ContextExchanger(
+                        storage_loader=FileStorageLoader(tmp + "/ctx")))
+                    task.use(ModelExchanger(
+                        model, model_loader=FileModelLoader(model, tmp + "/m")))
+                    if task.has_role(task.role.LEARNER):
+                        def train(ctx):
+                            got["items"] += len(ctx.trajectories or [])
+                            got["files"] = max(got.get("files", 0), len(
+                                os.listdir(tmp + "/ctx")))
+                            with torch.no_grad():
+                                model.bias.fill_(7.0)
+                            if got["items"] >= 10:
+                                task.finish = True
+                        task.use(train)
+                    elif task.has_role(task.role.COLLECTOR):
+                        def collect(ctx):
+                            got["weights"].append(float(model.bias[0]))
+                            ctx.trajectories = [{"x": np.ones(3)}]
+                        task.use(collect)
+
+            self.assertEqual(run(main, 2), 0)
+            self.assertTrue(os.path.isdir(tmp + "/ctx"))
+            self.assertTrue(os.path.isdir(tmp + "/m"))
+        self.assertGreaterEqual(got["items"], 10)
+        self.assertGreater(got["files"], 0)  # context went through files
+        self.assertIn(7.0, got["weights"])  # loaded from the model loader
 
     def test_collectors_load_the_learners_model(self):
         seen = {}

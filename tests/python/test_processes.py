@@ -4,10 +4,11 @@ one cluster with C++ nodes (each reads the other's models and context)."""
 import os
 import re
 import signal
+import socket
 import time
 import unittest
 
-from dice_testing import BIN, HERE, PYTHON, Process, SecretFile
+from dice_testing import BIN, HERE, PYTHON, Process, SecretFile, env
 
 NODE_PY = [PYTHON, os.path.join(HERE, "interop_node.py")]
 NODE_CPP = [os.path.join(BIN, "dice_interop_node")]
@@ -129,6 +130,62 @@ class ProcessTest(unittest.TestCase):
         launch.signal(signal.SIGTERM)
         self.assertEqual(launch.wait(20), 0, launch.text())
         self.assertEqual(len(launch.reports()), 3, launch.text())
+
+    def test_a_python_node_that_raised_is_restarted_under_max_restarts(self):
+        # --dice.max-restarts restarts the node's role actor (main() builds
+        # it again); dice-launch --max-restarts restarts processes that die.
+        launch = Process([PYTHON, "-m", "dice.launch", "--workers", "3", "--"]
+                         + NODE_PY + ["--iterations=30", "--fail-once",
+                                      "--dice.max-restarts=1"])
+        self.nodes = [launch]
+        self.assertEqual(launch.wait(START), 0, launch.text())
+        text = launch.text()
+        self.assertIn("RuntimeError: node 2 fails once", text)  # traceback
+        self.assertRegex(text, r"node 2 .*restart")
+        self.assertEqual(launch.reports()[0]["train_iter"], 30, text)
+
+    def test_srun_environment_forms_a_cluster_of_python_nodes(self):
+        base = free_ports(3)
+        tasks = []
+        for i in range(3):
+            env_i = env()
+            env_i.update(SLURM_PROCID=str(i), SLURM_LOCALID=str(i),
+                         SLURM_NTASKS="3", SLURM_NNODES="1", SLURM_NODEID="0",
+                         SLURM_NODELIST="localhost",
+                         SLURM_JOB_NODELIST="localhost",
+                         SLURM_TASKS_PER_NODE="3")
+            tasks.append(Process(NODE_PY + ["--iterations=5",
+                                            f"--dice.port={base}",
+                                            self.secret.arg], env=env_i))
+        text = self.finish(tasks)
+        self.assertIn(f"listening on port {base + 2}", tasks[2].text())
+        self.assertEqual(tasks[0].reports()[0]["role"], "learner", text)
+        self.assertEqual(tasks[2].reports()[2]["role"], "collector", text)
+        self.assertGreater(learner_counts(text)[0], 0, text)
+
+
+def free_ports(n):
+    """A base port with n free ports in a row (as the C++ Slurm test; srun
+    gives tasks base + rank)."""
+    for _ in range(50):
+        probe = socket.socket()
+        probe.bind(("127.0.0.1", 0))
+        base = probe.getsockname()[1]
+        probe.close()
+        socks = []
+        try:
+            for i in range(n):
+                s = socket.socket()
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                s.bind(("0.0.0.0", base + i))
+                socks.append(s)
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise AssertionError("no free ports in a row")
 
 
 if __name__ == "__main__":
