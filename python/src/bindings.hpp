@@ -34,8 +34,7 @@ namespace py = pybind11;
 class gil_object {
  public:
   gil_object() = default;
-  explicit gil_object(py::object x) : obj_(std::move(x)) {
-  }
+  explicit gil_object(py::object x) : obj_(std::move(x)) {}
   gil_object(const gil_object&) = delete;
   gil_object& operator=(const gil_object&) = delete;
   ~gil_object();

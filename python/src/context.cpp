@@ -27,7 +27,7 @@ py::object read_list(py_context& c, py_context::cached_list& cache,
   cache.list = unpack_list(xs);
   cache.source = std::move(now);
   cache.length = py::len(cache.list);
-  (void) c;
+  (void)c;
   return cache.list;
 }
 
@@ -63,8 +63,14 @@ template <class T>
 void field(py::class_<py_context>& cls, const char* name, T context::*member,
            const char* doc) {
   cls.def_property(
-    name, [member](py_context& c) { return c.cpp->*member; },
-    [member](py_context& c, T x) { c.cpp->*member = x; }, doc);
+    name,
+    [member](py_context& c) {
+      return c.cpp->*member;
+    },
+    [member](py_context& c, T x) {
+      c.cpp->*member = x;
+    },
+    doc);
 }
 
 } // namespace
@@ -105,7 +111,10 @@ void bind_context(py::module_& m) {
   field(cls, "wandb_url", &context::wandb_url,
         "Experiment tracker link (kept across iterations).");
   cls.def_property_readonly(
-    "model_version", [](py_context& c) { return c.cpp->model_version; },
+    "model_version",
+    [](py_context& c) {
+      return c.cpp->model_version;
+    },
     "Version of the model the node holds (-1: none).");
   cls.def_property(
     "trajectory_end_idx",
@@ -132,7 +141,9 @@ void bind_context(py::module_& m) {
     "(assigned on a collector, merged from every collector on a learner).");
   cls.def_property(
     "episodes",
-    [](py_context& c) { return read_list(c, c.episodes, c.cpp->episodes); },
+    [](py_context& c) {
+      return read_list(c, c.episodes, c.cpp->episodes);
+    },
     [](py_context& c, const py::object& x) {
       write_list(c, c.episodes, c.cpp->episodes, x, "episodes");
     },
@@ -149,8 +160,9 @@ void bind_context(py::module_& m) {
       c.episodes = {};
     },
     "Renews the C++ fields of a context that belongs to no node.");
-  cls.def_property_readonly(
-    "_attached", [](py_context& c) { return c.cpp != &c.own; });
+  cls.def_property_readonly("_attached", [](py_context& c) {
+    return c.cpp != &c.own;
+  });
 }
 
 } // namespace dice::python

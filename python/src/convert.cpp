@@ -4,11 +4,10 @@
 // bytes). Tensors go through numpy views, so this module needs no LibTorch
 // headers: torch's own Python functions (numpy(), from_numpy) share memory.
 
-#include "bindings.hpp"
-
 #include "dice/core/errc.hpp"
 #include "dice/security/trust.hpp"
 
+#include "bindings.hpp"
 #include <pybind11/numpy.h>
 
 #include <cstring>
@@ -89,8 +88,11 @@ struct lookups {
   static lookups& get() {
     static lookups* x = [] {
       auto l = new lookups;
-      l->numpy_generic = py::object(py::module_::import("numpy").attr("generic")).release();
-      l->sys_modules = py::object(py::module_::import("sys").attr("modules")).release();
+      l->numpy_generic = py::object(
+                           py::module_::import("numpy").attr("generic"))
+                           .release();
+      l->sys_modules = py::object(py::module_::import("sys").attr("modules"))
+                         .release();
       return l;
     }();
     return *x;
@@ -111,16 +113,16 @@ std::optional<dtype> numpy_dtype(const py::dtype& dt) {
   auto size = dt.itemsize();
   switch (dt.kind()) {
     case 'f':
-      return size == 4   ? std::optional{dtype::float32}
-             : size == 8 ? std::optional{dtype::float64}
-             : size == 2 ? std::optional{dtype::float16}
-                         : std::nullopt;
+      return size == 4 ? std::optional{dtype::float32}
+        : size == 8    ? std::optional{dtype::float64}
+        : size == 2    ? std::optional{dtype::float16}
+                       : std::nullopt;
     case 'i':
-      return size == 8   ? std::optional{dtype::int64}
-             : size == 4 ? std::optional{dtype::int32}
-             : size == 2 ? std::optional{dtype::int16}
-             : size == 1 ? std::optional{dtype::int8}
-                         : std::nullopt;
+      return size == 8 ? std::optional{dtype::int64}
+        : size == 4    ? std::optional{dtype::int32}
+        : size == 2    ? std::optional{dtype::int16}
+        : size == 1    ? std::optional{dtype::int8}
+                       : std::nullopt;
     case 'u': return size == 1 ? std::optional{dtype::uint8} : std::nullopt;
     case 'b': return dtype::boolean;
     default: return std::nullopt;
@@ -196,9 +198,8 @@ value convert(const py::handle& x, const path& at, std::size_t depth) {
     return value::of(std::string{s, static_cast<std::size_t>(n)});
   }
   if (PyBytes_Check(p))
-    return value::of_bytes(
-      std::string{PyBytes_AS_STRING(p),
-                  static_cast<std::size_t>(PyBytes_GET_SIZE(p))});
+    return value::of_bytes(std::string{
+      PyBytes_AS_STRING(p), static_cast<std::size_t>(PyBytes_GET_SIZE(p))});
   if (PyByteArray_Check(p))
     return value::of_bytes(
       std::string{PyByteArray_AS_STRING(p),
@@ -406,10 +407,15 @@ void bind_codec(py::module_& m) {
                              {static_cast<py::ssize_t>(e.bytes.size())}, {1},
                              true);
     })
-    .def("__len__", [](const encoded& e) { return e.bytes.size(); })
+    .def("__len__",
+         [](const encoded& e) {
+           return e.bytes.size();
+         })
     .def_property_readonly(
       "address",
-      [](const encoded& e) { return reinterpret_cast<std::uintptr_t>(e.bytes.data()); },
+      [](const encoded& e) {
+        return reinterpret_cast<std::uintptr_t>(e.bytes.data());
+      },
       "Address of the first byte (to check that decoding copies nothing).");
   m.def(
     "encode",
@@ -443,7 +449,9 @@ void bind_codec(py::module_& m) {
     "Encoded. Malformed bytes raise ValueError and are counted.");
   m.def(
     "rejected_count",
-    [] { return counter(trust_event::payload_rejected); },
+    [] {
+      return counter(trust_event::payload_rejected);
+    },
     "Payloads and encodings this process refused so far.");
 }
 

@@ -1,14 +1,14 @@
 // DI-engine's distributed middleware for Python: the C++ exchangers and
 // loaders themselves, built for the node main() is building.
 
-#include "bindings.hpp"
-
 #include "dice/actors/model_loader.hpp"
 #include "dice/actors/storage_loader.hpp"
 #include "dice/exchangers/context_exchanger.hpp"
 #include "dice/exchangers/model_exchanger.hpp"
 #include "dice/exchangers/periodical_model_exchanger.hpp"
 #include "dice/runtime/run.hpp"
+
+#include "bindings.hpp"
 
 #include <chrono>
 #include <cmath>
@@ -100,8 +100,8 @@ void bind_exchangers(py::module_& m) {
           });
       return wrap(context_exchanger(std::move(opts)));
     },
-    py::arg("skip_n_iter"), py::arg("storage_loader"),
-    py::arg("max_in_flight"), py::arg("timeout"));
+    py::arg("skip_n_iter"), py::arg("storage_loader"), py::arg("max_in_flight"),
+    py::arg("timeout"));
 
   m.def(
     "model_exchanger",

@@ -5,10 +5,9 @@
 // memory): one copy into the snapshot, one copy out of it, and no LibTorch
 // headers in this module.
 
-#include "bindings.hpp"
-
 #include "dice/core/errc.hpp"
 
+#include "bindings.hpp"
 #include <pybind11/numpy.h>
 
 #include <map>
@@ -59,8 +58,7 @@ py::array numpy_view(py::object t, const py::module_& torch) {
 class python_model_port : public model_port {
  public:
   explicit python_model_port(py::object module)
-    : module_(std::make_shared<gil_object>(std::move(module))) {
-  }
+    : module_(std::make_shared<gil_object>(std::move(module))) {}
 
   caf::expected<model_snapshot> snapshot() override {
     py::gil_scoped_acquire gil;
@@ -75,9 +73,12 @@ class python_model_port : public model_port {
         auto name = item.first.cast<std::string>();
         auto type = dtype_of(item.second);
         if (!type)
-          return make_error(errc::model_mismatch,
-                            "tensor '" + name + "' has a dtype dice cannot "
-                              "send: " + std::string(py::str(item.second.attr("dtype"))));
+          return make_error(
+            errc::model_mismatch,
+            "tensor '" + name
+              + "' has a dtype dice cannot "
+                "send: "
+              + std::string(py::str(item.second.attr("dtype"))));
         views.push_back(
           numpy_view(py::reinterpret_borrow<py::object>(item.second), torch));
         total += snapshot_builder::padded(views.back().nbytes());

@@ -2,10 +2,11 @@
 // releases the GIL for the whole run; main() is called once per node (and
 // per restart) with the GIL, to build that node's pipeline.
 
-#include "bindings.hpp"
-
 #include "dice/runtime/run.hpp"
+
 #include "dice/runtime/stop_signals.hpp"
+
+#include "bindings.hpp"
 
 #include <stdexcept>
 
@@ -43,8 +44,7 @@ void build_node(node_setup& n, const std::shared_ptr<gil_object>& main,
       main->get()();
     } catch (py::error_already_set& e) {
       node->setup = nullptr;
-      throw std::runtime_error(
-        record_failure(*node, e, "main() raised:\n"));
+      throw std::runtime_error(record_failure(*node, e, "main() raised:\n"));
     }
   }
   node->setup = nullptr;
@@ -91,7 +91,10 @@ void bind_run(py::module_& m) {
     "Runs main() once per node with dice's options in argv; returns the "
     "exit code, or raises the first exception of a node that failed.");
   m.def(
-    "stop_signal", [] { return stop_signal_received(); },
+    "stop_signal",
+    [] {
+      return stop_signal_received();
+    },
     "The SIGINT/SIGTERM that stopped the run (0: none).");
 }
 

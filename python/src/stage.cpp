@@ -5,12 +5,12 @@
 // actor restarts it under --dice.max-restarts, else the cluster finishes);
 // the first one is raised again in Python when dice.run returns.
 
-#include "bindings.hpp"
-
 #include "dice/logging/log.hpp"
 #include "dice/messages/payload.hpp"
 #include "dice/pipeline/node_services.hpp"
 #include "dice/pipeline/topic.hpp"
+
+#include "bindings.hpp"
 
 #include <stdexcept>
 
@@ -76,7 +76,8 @@ std::string record_failure(py_node& node, py::error_already_set& e,
   if (node.errors) {
     std::lock_guard<std::mutex> guard{node.errors->mtx};
     if (!node.errors->first)
-      node.errors->first = std::make_unique<py::error_already_set>(std::move(e));
+      node.errors->first = std::make_unique<py::error_already_set>(
+        std::move(e));
   }
   return text;
 }
@@ -137,21 +138,22 @@ middleware node_stage(std::shared_ptr<py_node> node) {
       auto who = node;
       auto handler = fn;
       auto ev = event;
-      s.on(topic<payload>{"task." + event}, [who, handler, ev](const payload& x) {
-        py::gil_scoped_acquire gil;
-        current_scope scope{who.get()};
-        try {
-          // The payload holds the emitted arguments, one item each.
-          auto args = unpack_list({x});
-          handler->get()(*args);
-        } catch (py::error_already_set& e) {
-          auto text = record_failure(*who, e,
-                                     "handler of event '" + ev + "' raised:\n");
-          log::error(who->id, text);
-          if (who->services)
-            who->services->request_finish("error: " + text);
-        }
-      });
+      s.on(topic<payload>{"task." + event},
+           [who, handler, ev](const payload& x) {
+             py::gil_scoped_acquire gil;
+             current_scope scope{who.get()};
+             try {
+               // The payload holds the emitted arguments, one item each.
+               auto args = unpack_list({x});
+               handler->get()(*args);
+             } catch (py::error_already_set& e) {
+               auto text = record_failure(
+                 *who, e, "handler of event '" + ev + "' raised:\n");
+               log::error(who->id, text);
+               if (who->services)
+                 who->services->request_finish("error: " + text);
+             }
+           });
     }
   };
   m.before = [node](context&) -> step {

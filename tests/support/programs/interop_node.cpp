@@ -98,7 +98,8 @@ dice::middleware collect(torch::nn::Linear net, std::uint32_t node,
   m.before = [net, node, quiet](dice::context& ctx) -> dice::step {
     if (!quiet)
       dice::log::info(node, "collector bias {}", bias0(net));
-    auto obs = std::make_shared<std::vector<float>>(4, static_cast<float>(node));
+    auto obs = std::make_shared<std::vector<float>>(4,
+                                                    static_cast<float>(node));
     dice::value_array a;
     a.type = dice::dtype::float32;
     a.shape = {4};
@@ -118,8 +119,7 @@ dice::middleware collect(torch::nn::Linear net, std::uint32_t node,
   return m;
 }
 
-dice::middleware watch(torch::nn::Linear net, std::uint32_t node,
-                       bool quiet) {
+dice::middleware watch(torch::nn::Linear net, std::uint32_t node, bool quiet) {
   dice::middleware m;
   m.name = "watch";
   m.before = [net, node, quiet](dice::context& ctx) -> dice::step {
@@ -138,8 +138,8 @@ int main(int argc, char** argv) {
     argc, argv, [](dice::node_setup& n, const config& cfg) {
       torch::manual_seed(0);
       torch::nn::Linear net = cfg.hidden > 0
-                                ? torch::nn::Linear{cfg.hidden, cfg.hidden}
-                                : torch::nn::Linear{4, 2};
+        ? torch::nn::Linear{cfg.hidden, cfg.hidden}
+        : torch::nn::Linear{4, 2};
       n.use(dice::context_exchanger());
       n.use(dice::model_exchanger(dice::model_port_of(net.ptr())));
       switch (n.role()) {
