@@ -134,6 +134,7 @@ caf::error value_error(errc code, std::string what) {
 struct measure_sink {
   static constexpr bool checks = true;
   std::uint64_t pos = 0;
+  std::uint64_t values = 0;
   void put(const void*, std::uint64_t n) {
     pos = n > max_wire_bytes - std::min(pos, max_wire_bytes)
       ? max_wire_bytes + 1
@@ -238,6 +239,11 @@ template <class Sink>
 caf::error emit_node(Sink& s, const value& x, std::size_t depth) {
   if (auto err = check_node<Sink>(x, depth))
     return err;
+  if constexpr (Sink::checks)
+    if (++s.values > defaults.max_values)
+      return value_error(errc::too_large,
+                         "more than " + std::to_string(defaults.max_values)
+                           + " values");
   switch (x.kind) {
     case value_kind::none: put_u8(s, tag_none); break;
     case value_kind::boolean:
@@ -425,6 +431,9 @@ class value_decoder {
     if (depth > limits_.max_depth)
       return fail("nested deeper than " + std::to_string(limits_.max_depth),
                   at);
+    if (++nodes_ > limits_.max_values)
+      return fail("more than " + std::to_string(limits_.max_values) + " values",
+                  at);
     auto p = take(1);
     if (p == nullptr)
       return truncated();
@@ -463,6 +472,12 @@ class value_decoder {
         if (n > left() / least)
           return fail(std::to_string(n) + " items claimed, "
                         + std::to_string(left()) + " bytes left",
+                      at);
+        // Nor may the items exceed max_values (a value takes ~176 bytes
+        // decoded: 1 byte each on the wire would be a 176x amplification).
+        if (n > limits_.max_values - std::min(nodes_, limits_.max_values))
+          return fail(std::to_string(n) + " items claimed, more than "
+                        + std::to_string(limits_.max_values) + " values",
                       at);
         x.items.reserve(n);
         if (x.kind == value_kind::dict)
@@ -543,6 +558,7 @@ class value_decoder {
   const std::uint8_t* data_;
   std::size_t size_;
   std::size_t pos_ = 0;
+  std::uint64_t nodes_ = 0;
   const value_limits& limits_;
   std::shared_ptr<const void> owner_;
 };

@@ -686,3 +686,39 @@ TEST(Value, FindAndToString) {
 }
 
 } // namespace
+
+namespace {
+
+TEST(Value, RefusesMoreValuesThanTheLimitBeforeAllocatingThem) {
+  // A list claiming 2^21 + 1 Nones, one byte each: within the bytes, but
+  // decoded it would take ~370 MB; refused at its header.
+  constexpr std::uint64_t n = (std::uint64_t{1} << 21) + 1;
+  std::vector<std::uint8_t> bytes{'d', 'v', 'l', 1, 'l'};
+  for (int i = 0; i < 8; ++i)
+    bytes.push_back(static_cast<std::uint8_t>(n >> (8 * i)));
+  bytes.insert(bytes.end(), n, 'N');
+  auto before = dice::counter(dice::trust_event::payload_rejected);
+  auto x = dice::decode_value(dice::shared_bytes{bytes});
+  ASSERT_FALSE(x);
+  EXPECT_NE(dice::render(x.error()).find("more than 2097152 values at offset 4"),
+            std::string::npos)
+    << dice::render(x.error());
+  EXPECT_EQ(dice::counter(dice::trust_event::payload_rejected), before + 1);
+  // Within the limit it decodes; the encoder refuses what it would refuse.
+  dice::value_limits small;
+  small.max_values = 4;
+  auto three = dice::encode_value(dice::value::list(
+    {dice::value::none(), dice::value::none(), dice::value::none()}));
+  ASSERT_TRUE(three);
+  EXPECT_TRUE(dice::decode_value(*three, small));
+  small.max_values = 3;
+  EXPECT_FALSE(dice::decode_value(*three, small));
+  std::vector<dice::value> many(n);
+  auto refused = dice::encode_value(dice::value::list(std::move(many)));
+  ASSERT_FALSE(refused);
+  EXPECT_NE(dice::render(refused.error()).find("more than 2097152 values"),
+            std::string::npos)
+    << dice::render(refused.error());
+}
+
+} // namespace

@@ -143,6 +143,12 @@ struct value_limits {
   std::size_t max_ndim = 32;
   /// Largest encoding accepted.
   std::uint64_t max_bytes = max_wire_bytes;
+  /// Most values (every None, number, string, container and array counts
+  /// one): a decoded value takes about 176 bytes, so without this a hostile
+  /// payload of 1-byte values would decode to 176 times its size. 2^21
+  /// values is about 370 MB decoded; a trajectory of 10,000 transitions of
+  /// 10 fields has 110,000.
+  std::uint64_t max_values = std::uint64_t{1} << 21;
 };
 
 /// Encodes `x` into one buffer (64-byte aligned; array data padded to 64
