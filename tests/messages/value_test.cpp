@@ -700,8 +700,9 @@ TEST(Value, RefusesMoreValuesThanTheLimitBeforeAllocatingThem) {
   auto before = dice::counter(dice::trust_event::payload_rejected);
   auto x = dice::decode_value(dice::shared_bytes{bytes});
   ASSERT_FALSE(x);
-  EXPECT_NE(dice::render(x.error()).find("more than 2097152 values at offset 4"),
-            std::string::npos)
+  EXPECT_NE(
+    dice::render(x.error()).find("more than 2097152 values at offset 4"),
+    std::string::npos)
     << dice::render(x.error());
   EXPECT_EQ(dice::counter(dice::trust_event::payload_rejected), before + 1);
   // Within the limit it decodes; the encoder refuses what it would refuse.
