@@ -63,7 +63,7 @@ def balance(obs):
 
 
 class CartPoleTest(unittest.TestCase):
-    def test_StepsLikeGymnasium(self):
+    def test_steps_like_gymnasium(self):
         env = CartPoleEnv()
         env.reset(seed=3)
         ref = tuple(env.state)
@@ -81,7 +81,7 @@ class CartPoleTest(unittest.TestCase):
                 break
         self.assertTrue(terminated, "random actions end an episode")
 
-    def test_SameSeedSameEpisodesOtherSeedOthers(self):
+    def test_same_seed_same_episodes_other_seed_others(self):
         def episode(seed):
             env = CartPoleEnv()
             obs, _ = env.reset(seed=seed)
@@ -107,7 +107,7 @@ class CartPoleTest(unittest.TestCase):
             for x, y in zip(r1[:4], r2[:4]):
                 np.testing.assert_array_equal(x, y)
 
-    def test_TerminatesOutsideTheBounds(self):
+    def test_terminates_outside_the_bounds(self):
         env = CartPoleEnv()
         obs, _ = env.reset(seed=0)
         steps = 0
@@ -130,7 +130,7 @@ class CartPoleTest(unittest.TestCase):
         self.assertTrue(envs.cartpole_terminated([0, 0, -0.21, 0]))
         self.assertFalse(envs.cartpole_terminated([2.39, 9, 0.2, 9]))
 
-    def test_TruncatesAfter500Steps(self):
+    def test_truncates_after_500_steps(self):
         env = CartPoleEnv()
         obs, _ = env.reset(seed=1)
         for t in range(1, 501):
@@ -138,7 +138,7 @@ class CartPoleTest(unittest.TestCase):
             self.assertFalse(terminated)
             self.assertEqual(truncated, t == 500)
 
-    def test_VectorEnvResetsEndedEpisodes(self):
+    def test_vector_env_resets_ended_episodes(self):
         v = CartPoleVecEnv(3, seed=2)
         ended = []
         for t in range(1, 501):
@@ -164,7 +164,7 @@ class CartPoleTest(unittest.TestCase):
 
 
 class NStepTest(unittest.TestCase):
-    def test_SumsRewardsAndBootstrapsOnlyWithoutTermination(self):
+    def test_sums_rewards_and_bootstraps_only_without_termination(self):
         acc = NStep(1, n=3, gamma=0.5)
         o = [np.full(2, i, np.float32) for i in range(6)]
         f = np.array([False])
@@ -183,7 +183,7 @@ class NStepTest(unittest.TestCase):
         np.testing.assert_allclose(b["discount"], [0.5])
 
     @unittest.skipIf(torch is None, "needs torch")
-    def test_ReplayBufferWrapsAround(self):
+    def test_replay_buffer_wraps_around(self):
         buf = ReplayBuffer(capacity=5, seed=0, fields=("obs", "action"))
         buf.add({"obs": np.arange(4, dtype=np.float32)[:, None],
                  "action": np.arange(4)})
@@ -229,7 +229,7 @@ class ExampleTest(unittest.TestCase):
         self.out = tempfile.mkdtemp(prefix="dice-dqn-")
         self.addCleanup(shutil.rmtree, self.out, ignore_errors=True)
 
-    def test_SolvesCartPoleInOneProcess(self):
+    def test_solves_cartpole_in_one_process(self):
         rc, output = run([sys.executable, EXAMPLE, f"--out={self.out}",
                           "--seed=1", "--no-progress"], timeout=300)
         self.assertEqual(rc, 0, output[-4000:])
@@ -267,7 +267,7 @@ class ExampleTest(unittest.TestCase):
         net.load_state_dict(torch.load(os.path.join(self.out, name)))
         return net
 
-    def test_RunsAsADiceLaunchCluster(self):
+    def test_runs_as_a_dice_launch_cluster(self):
         launch = [sys.executable, "-m", "dice.launch"]
         rc, _ = run(launch + ["--help"], timeout=60)
         if rc != 0:
