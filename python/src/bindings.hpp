@@ -120,6 +120,9 @@ void bind_context(py::module_& m);
 struct run_errors {
   std::mutex mtx;
   std::unique_ptr<py::error_already_set> first;
+  /// An event handler raised: no restart replaces what it lost, so the
+  /// exception is raised even if every node ended without an error.
+  bool from_handler = false;
 };
 
 /// One node of a Python program, as `task` sees it while the program's

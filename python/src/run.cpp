@@ -80,7 +80,7 @@ void bind_run(py::module_& m) {
         });
       }
       std::lock_guard<std::mutex> guard{errors->mtx};
-      if (rc != 0 && errors->first) {
+      if (errors->first && (rc != 0 || errors->from_handler)) {
         auto e = std::move(errors->first);
         e->restore();
         throw py::error_already_set();

@@ -231,6 +231,22 @@ class PipelineTest(unittest.TestCase):
             run(main, 1)
         self.assertIn("argument[0]['f']", str(cm.exception))
 
+    def test_an_exception_in_an_event_handler_ends_the_run_and_is_raised(self):
+        def main():
+            with task.start():
+                task.use(ContextExchanger())
+                if task.has_role(task.role.LEARNER):
+                    task.use(lambda ctx: task.emit("tick", ctx.total_step,
+                                                   only_remote=True))
+                elif task.has_role(task.role.EVALUATOR):
+                    def on_tick(step):
+                        if step == 3:
+                            raise KeyError("handler broke")
+                    task.on("tick", on_tick)
+
+        with self.assertRaises(KeyError):
+            run(main, 1)
+
     def test_an_uncaught_exception_ends_the_run_and_is_raised(self):
         def main():
             with task.start():
