@@ -150,10 +150,10 @@ middleware node_stage(std::shared_ptr<py_node> node) {
                auto text = record_failure(
                  *who, e, "handler of event '" + ev + "' raised:\n");
                log::error(who->id, text);
-          if (who->errors) {
-            std::lock_guard<std::mutex> guard{who->errors->mtx};
-            who->errors->from_handler = true;
-          }
+               if (who->errors) {
+                 std::lock_guard<std::mutex> guard{who->errors->mtx};
+                 who->errors->from_handler = true;
+               }
                if (who->services)
                  who->services->request_finish("error: " + text);
              }
