@@ -70,9 +70,11 @@ payload pack_list(const py::handle& list, const std::string& root,
                   std::uint32_t origin, std::int64_t model_version);
 
 /// The items of `xs` (pack_list's or a C++ program's pack_values) as one
-/// Python list; raises ValueError naming the sender of a payload that is
-/// not a dice value encoding.
-py::list unpack_list(const std::vector<payload>& xs);
+/// Python list. A payload that is not a dice value encoding is refused
+/// (counted, logged for node `receiver`, its item count added to
+/// `*refused`) and skipped.
+py::list unpack_list(const std::vector<payload>& xs, std::uint32_t receiver,
+                     std::size_t* refused = nullptr, bool event = false);
 
 /// Binds dice.codec's functions.
 void bind_codec(py::module_& m);

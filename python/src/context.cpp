@@ -24,7 +24,7 @@ py::object read_list(py_context& c, py_context::cached_list& cache,
     return cache.list;
   if (xs.empty())
     return py::none();
-  cache.list = unpack_list(xs);
+  cache.list = unpack_list(xs, c.origin);
   cache.source = std::move(now);
   cache.length = py::len(cache.list);
   (void)c;

@@ -5,11 +5,13 @@
 // headers: torch's own Python functions (numpy(), from_numpy) share memory.
 
 #include "dice/core/errc.hpp"
+#include "dice/logging/log.hpp"
 #include "dice/security/trust.hpp"
 
 #include "bindings.hpp"
 #include <pybind11/numpy.h>
 
+#include <atomic>
 #include <cstring>
 #include <string_view>
 
@@ -358,20 +360,34 @@ payload pack_list(const py::handle& list, const std::string& root,
   return std::move(*packed);
 }
 
-py::list unpack_list(const std::vector<payload>& xs) {
+py::list unpack_list(const std::vector<payload>& xs, std::uint32_t receiver,
+                     std::size_t* refused, bool event) {
+  // A peer's malformed payload is refused, counted and skipped: the node
+  // goes on with what its other peers sent (a node survives what a peer
+  // sends it). Logged the first time and every 1024th after, for context
+  // and events apart.
+  static std::atomic<std::uint64_t> refusals[2];
+  auto& count = refusals[event ? 1 : 0];
   std::vector<value> items;
   for (auto& x : xs) {
-    caf::error err;
-    {
+    auto err = [&] {
       py::gil_scoped_release nogil;
-      err = unpack_values_into(x, items);
-    }
-    if (err)
-      throw py::value_error(
-        "items from node " + std::to_string(x.origin)
-        + " are not dice values (a C++ sender packs them with"
-          " dice::pack_values for Python receivers): "
-        + caf::to_string(err));
+      return unpack_values_into(x, items);
+    }();
+    if (!err)
+      continue;
+    if (refused != nullptr)
+      *refused += x.count;
+    auto n = count.fetch_add(1);
+    if (n % 1024 == 0)
+      log::warning(receiver,
+                   std::string{"refused "} + (event ? "an event of " : "")
+                     + std::to_string(x.count) + " item(s) from node "
+                     + std::to_string(x.origin)
+                     + " that are not dice values (a C++ sender packs them "
+                       "with dice::pack_values for Python receivers): "
+                     + render(err) + " (refusal " + std::to_string(n + 1)
+                     + "; logged every 1024th)");
   }
   py::list out(items.size());
   for (std::size_t i = 0; i < items.size(); ++i)

@@ -144,8 +144,10 @@ middleware node_stage(std::shared_ptr<py_node> node) {
              current_scope scope{who.get()};
              try {
                // The payload holds the emitted arguments, one item each.
-               auto args = unpack_list({x});
-               handler->get()(*args);
+               std::size_t refused = 0;
+               auto args = unpack_list({x}, who->id, &refused, true);
+               if (refused == 0)
+                 handler->get()(*args);
              } catch (py::error_already_set& e) {
                auto text = record_failure(
                  *who, e, "handler of event '" + ev + "' raised:\n");

@@ -47,6 +47,8 @@ def main(args):
             task.use(ModelExchanger(net))
         if task.has_role(task.role.LEARNER):
             clock = {"items": 0}
+            task.on("tick", lambda *a: print(f"[node {node}] tick {a}",
+                                             flush=True))
 
             def learn(ctx):
                 items = ctx.trajectories or []

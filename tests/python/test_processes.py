@@ -15,14 +15,14 @@ NODE_CPP = [os.path.join(BIN, "dice_interop_node")]
 START = 60  # seconds a cluster may take to start and run on a loaded CI
 
 
-def cluster(kinds, iterations, secret):
+def cluster(kinds, iterations, secret, cpp_args=()):
     """Starts nodes of `kinds` ("py"/"cpp", node 0 first) by hand, the way
     srun would: node 0 listens, the others attach to it (star)."""
     workers = len(kinds)
     nodes = []
 
     def start(i, attach):
-        program = NODE_PY if kinds[i] == "py" else NODE_CPP
+        program = NODE_PY if kinds[i] == "py" else NODE_CPP + list(cpp_args)
         args = program + [f"--iterations={iterations}",
                           f"--dice.node-id={i}", f"--dice.workers={workers}",
                           "--dice.topology=star", "--dice.host=127.0.0.1",
@@ -91,6 +91,19 @@ class ProcessTest(unittest.TestCase):
         self.assertGreater(py, 0, text)
         initial = biases(text, "collector")[0]
         self.assertGreater(max(biases(text, "collector")), initial + 0.5, text)
+
+    def test_python_nodes_refuse_what_a_hostile_peer_sends_and_run_on(self):
+        # A C++ collector sends Boost archives as trajectories and garbage
+        # as an event: the Python learner refuses, counts and logs both, and
+        # runs to the end (before: ValueError, and the run ended).
+        nodes = cluster(["py", "py", "cpp"], 6, self.secret, ["--hostile"])
+        text = self.finish(nodes)
+        learner = nodes[0].text()
+        self.assertRegex(learner, r"refused 3 item\(s\) from node 2")  # context
+        self.assertRegex(learner, r"refused an event of 1 item\(s\) from node 2")
+        self.assertNotIn(" tick ", learner)
+        self.assertIn("learner got 0 items", text)
+        self.assertEqual(nodes[0].reports()[0]["train_iter"], 6, text)
 
     def test_dice_launch_runs_python_nodes(self):
         launch = Process([PYTHON, "-m", "dice.launch", "--workers", "4", "--"]

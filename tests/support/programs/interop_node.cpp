@@ -10,10 +10,13 @@
 // collector: sends one {"obs": ones(4) * node, "src": "cpp"} per iteration
 //            and logs the bias it holds.
 // evaluator: logs the bias it holds.
+// --hostile makes collectors send what a Python node must refuse.
 // --hidden=K makes the model Linear(K, K) and --quiet drops the lines for
 // a JSON timing line of the learner's (bench/run's Python rows).
 
 #include "dice/dice.hpp"
+
+#include <boost/serialization/vector.hpp>
 
 #include <chrono>
 #include <cstdint>
@@ -27,6 +30,7 @@ struct config : dice::run_config {
   std::int64_t iterations = 5;
   std::int64_t hidden = 0;
   bool quiet = false;
+  bool hostile = false;
   config() {
     // As dice's Python nodes (python/src/run.cpp): idle CAF workers wait
     // instead of spinning, so the C++ and Python timings compare.
@@ -36,7 +40,10 @@ struct config : dice::run_config {
       .add(iterations, "iterations", "learner iterations")
       .add(hidden, "hidden", "model: Linear(hidden, hidden) (0: Linear(4, 2))")
       .add(quiet, "quiet",
-           "no line per iteration; the learner prints its timing as JSON");
+           "no line per iteration; the learner prints its timing as JSON")
+      .add(hostile, "hostile",
+           "collectors send Boost archives as trajectories and garbage as "
+           "a 'tick' event (what a Python node must refuse and survive)");
   }
 };
 
@@ -91,13 +98,27 @@ dice::middleware learn(torch::nn::Linear net, std::uint32_t node,
   return m;
 }
 
-dice::middleware collect(torch::nn::Linear net, std::uint32_t node,
-                         bool quiet) {
+dice::middleware collect(torch::nn::Linear net, std::uint32_t node, bool quiet,
+                         bool hostile) {
   dice::middleware m;
   m.name = "collect";
-  m.before = [net, node, quiet](dice::context& ctx) -> dice::step {
+  auto services = std::make_shared<dice::node_services*>(nullptr);
+  m.attach = [services](dice::node_services& s) {
+    *services = &s;
+  };
+  m.before = [net, node, quiet, hostile,
+              services](dice::context& ctx) -> dice::step {
     if (!quiet)
       dice::log::info(node, "collector bias {}", bias0(net));
+    if (hostile) {
+      ctx.trajectories = {dice::pack(std::vector<int>{1, 2, 3}, node)};
+      ctx.env_step += 3;
+      dice::payload garbage{dice::shared_bytes{std::vector<std::uint8_t>{
+                              'd', 'v', 'l', 1, 'l', 0xff, 0xff}},
+                            1, node, -1};
+      (*services)->emit(dice::topic<dice::payload>{"task.tick"}, garbage);
+      return dice::proceed;
+    }
     auto obs = std::make_shared<std::vector<float>>(4,
                                                     static_cast<float>(node));
     dice::value_array a;
@@ -149,7 +170,7 @@ int main(int argc, char** argv) {
             n.max_step(cfg.iterations);
           break;
         case dice::role::evaluator: n.use(watch(net, n.id(), cfg.quiet)); break;
-        default: n.use(collect(net, n.id(), cfg.quiet));
+        default: n.use(collect(net, n.id(), cfg.quiet, cfg.hostile));
       }
     });
 }
