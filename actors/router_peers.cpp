@@ -1,5 +1,7 @@
 // The router's peers: attaching to endpoints (challenge, hello, reconnect
 // with backoff), accepting attachers, and the registry of connected peers.
+#include "dice/logging/sampler.hpp"
+
 #include "router_impl.hpp"
 
 #include <set>
@@ -112,16 +114,25 @@ void send_hello(router_ptr self, std::size_t idx, caf::actor peer,
                 std::string where, std::string proof);
 
 // Connected to the node at endpoint `idx`: `peer` is what it published.
+// A peer dialed again and again that keeps refusing (another program, a
+// wrong secret, an old protocol) is logged the first time and every 1024th
+// after, per kind and address.
+log::sampler& handshake_refusals() {
+  static log::sampler x;
+  return x;
+}
+
 void on_connected(router_ptr self, std::size_t idx, caf::actor peer,
                   const std::set<std::string>& ifs, std::string where) {
   auto& st = self->state;
   // A node publishes its gate, an untyped actor; anything else is another
   // program or an older dice: retrying cannot help.
   if (!peer || !ifs.empty()) {
-    log::error(st.cfg.node,
-               "handshake with " + where
-                 + " refused: not a dice node of protocol v"
-                 + std::to_string(router_protocol_version));
+    if (auto n = handshake_refusals().next("protocol|" + where))
+      log::error(
+        st.cfg.node,
+        "handshake with " + where + " refused: not a dice node of protocol v"
+          + std::to_string(router_protocol_version) + log::sampled_note(n));
     return;
   }
   if (st.cfg.secret.empty()) {
@@ -139,10 +150,12 @@ void on_connected(router_ptr self, std::size_t idx, caf::actor peer,
         auto& st = self->state;
         if (!same_mac(mac, acceptor_proof(st.cfg.secret, nonce_a, nonce_b))) {
           count(trust_event::auth_refused);
-          log::error(st.cfg.node,
-                     "handshake with " + where
-                       + " refused: the peer does not know the "
-                         "cluster secret");
+          if (auto n = handshake_refusals().next("secret|" + where))
+            log::error(st.cfg.node,
+                       "handshake with " + where
+                         + " refused: the peer does not know the "
+                           "cluster secret"
+                         + log::sampled_note(n));
           schedule_reconnect(self, idx);
           return;
         }
@@ -214,10 +227,11 @@ void send_hello(router_ptr self, std::size_t idx, caf::actor peer,
         st.handshakes.erase(peer.address());
         if (h.version != router_protocol_version || h.node == st.cfg.node) {
           count(trust_event::wrong_version);
-          log::error(st.cfg.node,
-                     "handshake with " + where + " refused: node "
-                       + std::to_string(h.node) + " answered with protocol v"
-                       + std::to_string(h.version));
+          if (auto n = handshake_refusals().next("version|" + where))
+            log::error(st.cfg.node,
+                       "handshake with " + where + " refused: node "
+                         + std::to_string(h.node) + " answered with protocol v"
+                         + std::to_string(h.version) + log::sampled_note(n));
           return;
         }
         if (auto old = find_peer(self, h.node)) {
@@ -252,8 +266,10 @@ void send_hello(router_ptr self, std::size_t idx, caf::actor peer,
         auto& st = self->state;
         st.handshakes.erase(peer.address());
         if (is(err, errc::handshake_failed) || is(err, errc::unauthorized)) {
-          log::error(st.cfg.node,
-                     "handshake with " + where + " refused: " + render(err));
+          if (auto n = handshake_refusals().next("refused|" + where))
+            log::error(st.cfg.node,
+                       "handshake with " + where + " refused: " + render(err)
+                         + log::sampled_note(n));
           return;
         }
         if (is(err, errc::retry_later))

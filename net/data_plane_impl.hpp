@@ -6,6 +6,7 @@
 
 #include "dice/core/errc.hpp"
 #include "dice/logging/log.hpp"
+#include "dice/logging/sampler.hpp"
 #include "dice/messages/detail/snapshot_chunk.hpp"
 #include "dice/security/auth.hpp"
 #include "dice/security/trust.hpp"

@@ -8,12 +8,17 @@ using namespace plane_detail;
 void data_plane::run_reader(std::shared_ptr<in_link> link, unique_fd fd) {
   auto& c = counters();
   std::string why = "closed by the peer";
+  // Sampled per peer: a member that keeps sending broken transfers is
+  // refused every time but logged the first time and every 1024th after.
+  static log::sampler sampled_torn;
+  static log::sampler sampled_oversize;
   auto torn = [&](std::string what) {
     ++c.torn;
     why = std::move(what);
-    log::warning(cfg_.node,
-                 "dropped a transfer from node " + std::to_string(link->peer)
-                   + ": " + why);
+    if (auto n = sampled_torn.next(std::to_string(link->peer)))
+      log::warning(cfg_.node,
+                   "dropped a transfer from node " + std::to_string(link->peer)
+                     + ": " + why + log::sampled_note(n));
   };
   std::uint64_t last_id = 0;
   pid_t peer_pid = 0;
@@ -123,9 +128,11 @@ void data_plane::run_reader(std::shared_ptr<in_link> link, unique_fd fd) {
       why = "announced " + std::to_string(h->size) + " bytes, more than "
         + std::to_string(std::min(cfg_.max_transfer_bytes, cfg_.max_peer_bytes))
         + " allowed";
-      log::warning(cfg_.node,
-                   "closed the data connection from node "
-                     + std::to_string(link->peer) + ": " + why);
+      if (auto n = sampled_oversize.next(std::to_string(link->peer)))
+        log::warning(cfg_.node,
+                     "closed the data connection from node "
+                       + std::to_string(link->peer) + ": " + why
+                       + log::sampled_note(n));
       break;
     }
     last_id = h->id;

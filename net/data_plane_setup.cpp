@@ -13,10 +13,13 @@ std::string data_plane::accept_session(std::uint32_t peer,
   if (mine)
     dh = mine->agree(their_pub);
   if (!dh) {
-    log::warning(cfg_.node,
-                 "node " + std::to_string(peer)
-                   + " offered a malformed data plane key; its "
-                     "snapshots travel over BASP");
+    static log::sampler sampled;
+    if (auto n = sampled.next(std::to_string(peer)))
+      log::warning(cfg_.node,
+                   "node " + std::to_string(peer)
+                     + " offered a malformed data plane key; its "
+                       "snapshots travel over BASP"
+                     + log::sampled_note(n));
     return {};
   }
   auto s = std::make_shared<session>();
@@ -60,11 +63,16 @@ void data_plane::bind_accepted(unique_fd fd, std::string where,
                                    raw),
                        pending_fds_.end());
   };
-  auto refuse = [&](const std::string& why) {
+  // Logged the first time and every 1024th after, per kind and source
+  // host: a secret holder repeating a bad bind cannot flood the log.
+  static log::sampler sampled;
+  auto refuse = [&](const char* kind, const std::string& why) {
     done_pending();
     ++counters().refused;
-    log::warning(cfg_.node,
-                 "refused a data connection from " + where + ": " + why);
+    if (auto n = sampled.next(std::string{kind} + '|' + log::host_of(where)))
+      log::warning(cfg_.node,
+                   "refused a data connection from " + where + ": " + why
+                     + log::sampled_note(n));
     // Not a byte back: a stranger learns nothing.
     fd.reset();
   };
@@ -75,20 +83,20 @@ void data_plane::bind_accepted(unique_fd fd, std::string where,
   if (tls_) {
     auto x = tls_->handshake(fd.get(), true);
     if (!x)
-      return refuse(render(x.error()));
+      return refuse("tls", render(x.error()));
     ssl = std::move(*x);
     tls_b = tls_binding(ssl.get());
     if (tls_b.empty())
-      return refuse("no TLS exporter value");
+      return refuse("tls", "no TLS exporter value");
     set_blocking(fd.get(), left_until(deadline), left_until(deadline));
   }
   char raw[data_bind_size];
   if (read_exactly(fd.get(), ssl.get(), raw, data_bind_size)
       != static_cast<long>(data_bind_size))
-    return refuse("no bind frame");
+    return refuse("bind", "no bind frame");
   auto b = decode_bind(raw, data_bind_size);
   if (!b)
-    return refuse("malformed bind frame");
+    return refuse("bind", "malformed bind frame");
   std::string ack;
   std::string why;
   {
@@ -118,7 +126,7 @@ void data_plane::bind_accepted(unique_fd fd, std::string where,
   }
   if (!why.empty()) {
     count(trust_event::auth_refused);
-    return refuse(why);
+    return refuse("proof", why);
   }
   done_pending();
   if (b->direction == data_dialer_writes) {

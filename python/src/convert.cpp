@@ -6,6 +6,7 @@
 
 #include "dice/core/errc.hpp"
 #include "dice/logging/log.hpp"
+#include "dice/logging/sampler.hpp"
 #include "dice/security/trust.hpp"
 
 #include "bindings.hpp"
@@ -364,10 +365,9 @@ py::list unpack_list(const std::vector<payload>& xs, std::uint32_t receiver,
                      std::size_t* refused, bool event) {
   // A peer's malformed payload is refused, counted and skipped: the node
   // goes on with what its other peers sent (a node survives what a peer
-  // sends it). Logged the first time and every 1024th after, for context
-  // and events apart.
-  static std::atomic<std::uint64_t> refusals[2];
-  auto& count = refusals[event ? 1 : 0];
+  // sends it). Logged the first time and every 1024th after, per sender,
+  // for context and events apart.
+  static log::sampler sampled;
   std::vector<value> items;
   for (auto& x : xs) {
     auto err = [&] {
@@ -378,16 +378,16 @@ py::list unpack_list(const std::vector<payload>& xs, std::uint32_t receiver,
       continue;
     if (refused != nullptr)
       *refused += x.count;
-    auto n = count.fetch_add(1);
-    if (n % 1024 == 0)
+    auto n = sampled.next((event ? "event|" : "context|")
+                          + std::to_string(x.origin));
+    if (n > 0)
       log::warning(receiver,
                    std::string{"refused "} + (event ? "an event of " : "")
                      + std::to_string(x.count) + " item(s) from node "
                      + std::to_string(x.origin)
                      + " that are not dice values (a C++ sender packs them "
                        "with dice::pack_values for Python receivers): "
-                     + render(err) + " (refusal " + std::to_string(n + 1)
-                     + "; logged every 1024th)");
+                     + render(err) + log::sampled_note(n));
   }
   py::list out(items.size());
   for (std::size_t i = 0; i < items.size(); ++i)

@@ -22,6 +22,7 @@
 #include "caf/scoped_actor.hpp"
 
 #include "support/data_listener.hpp"
+#include "support/deterministic.hpp"
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -363,6 +364,27 @@ TEST_F(DataPlane, AStrangerWithoutAProofOfTheSessionGetsNothing) {
                                      clock_type::now() + 2s);
   ASSERT_TRUE(ack) << caf::to_string(ack.error());
   ::close(fd);
+}
+
+TEST_F(DataPlane, ThousandsOfMalformedBindsLogAFewLines) {
+  // A secret holder passes the preamble 1,100 times and sends a malformed
+  // bind each time: every one is refused and counted; the log gets the
+  // first and the 1025th (before: a line each).
+  dice::test::log_capture logs;
+  auto before = dice::net::data_stats();
+  constexpr std::size_t n = 1100;
+  for (std::size_t i = 0; i < n; ++i) {
+    std::string binding;
+    auto fd = dial_data(secret, &binding);
+    ASSERT_GE(fd, 0) << i;
+    ASSERT_TRUE(send_bytes(fd, std::string(dice::net::data_bind_size, 'x')));
+    auto r = wait_closed(fd, 3000ms);
+    ::close(fd);
+    ASSERT_TRUE(r.closed) << i;
+  }
+  EXPECT_EQ(dice::net::data_stats().refused - before.refused, n);
+  EXPECT_EQ(logs.count("malformed bind frame"), 2u);
+  EXPECT_EQ(logs.count("(1025 such; every 1024th is logged)"), 1u);
 }
 
 TEST_F(DataPlane, ASessionBindsNothingOnceItsControlSessionIsGone) {
