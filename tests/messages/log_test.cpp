@@ -2,6 +2,7 @@
 // is called without a dice lock held.
 
 #include "dice/logging/log.hpp"
+#include "dice/logging/sampler.hpp"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -148,4 +149,37 @@ TEST_F(Log, TwoThreadsAreInsideTheUserSinkAtOnce) {
   a.join();
   b.join();
   EXPECT_TRUE(second_seen_by_first);
+}
+
+TEST(LogSampler, LogsTheFirstAndEvery1024thPerKey) {
+  dice::log::sampler s;
+  std::vector<std::uint64_t> logged;
+  for (int i = 0; i < 2100; ++i)
+    if (auto n = s.next("bind|10.0.0.1"))
+      logged.push_back(n);
+  EXPECT_EQ(logged, (std::vector<std::uint64_t>{1, 1025, 2049}));
+  // Another peer, or another kind from the same peer, counts apart.
+  EXPECT_EQ(s.next("bind|10.0.0.2"), 1u);
+  EXPECT_EQ(s.next("proof|10.0.0.1"), 1u);
+  EXPECT_EQ(dice::log::sampled_note(1), "");
+  EXPECT_EQ(dice::log::sampled_note(1025),
+            " (1025 such; every 1024th is logged)");
+}
+
+TEST(LogSampler, ManyKeysShareOneCountBeyondTheCap) {
+  dice::log::sampler s{1024, 3};
+  EXPECT_EQ(s.next("a"), 1u);
+  EXPECT_EQ(s.next("b"), 1u);
+  EXPECT_EQ(s.next("c"), 1u);
+  // A flood of new source addresses: the 4th key on shares one count.
+  EXPECT_EQ(s.next("d"), 1u);
+  for (int i = 0; i < 100; ++i)
+    EXPECT_EQ(s.next("e" + std::to_string(i)), 0u);
+}
+
+TEST(LogSampler, HostOfAnAddressDropsThePort) {
+  EXPECT_EQ(dice::log::host_of("127.0.0.1:4242"), "127.0.0.1");
+  EXPECT_EQ(dice::log::host_of("[::1]:4242"), "[::1]");
+  EXPECT_EQ(dice::log::host_of("::1"), "::1");
+  EXPECT_EQ(dice::log::host_of("node-a"), "node-a");
 }
