@@ -138,6 +138,10 @@ bool role_state::spool_fsync() const {
   return cfg.spool_fsync;
 }
 
+std::string role_state::spool_key() const {
+  return cfg.spool_key;
+}
+
 // -- topics -------------------------------------------------------------------
 
 void role_state::subscribe_erased(const std::string& topic, erased_handler fn) {

@@ -48,6 +48,7 @@ struct role_state : node_services {
   void on_peer_event(peer_handler fn) override;
   std::string spool_dir() const override;
   bool spool_fsync() const override;
+  std::string spool_key() const override;
 
   // -- topics -----------------------------------------------------------------
 

@@ -23,6 +23,7 @@ void context_delivery::open_spool(const std::string& dir, bool fsync) {
   so.node = svc_->node_id();
   so.incarnation = svc_->incarnation();
   so.fsync = fsync;
+  so.key = svc_->spool_key();
   auto opened = context_spool::open(so);
   if (!opened) {
     ++stats_->spool_errors;

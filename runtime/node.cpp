@@ -8,6 +8,7 @@
 #include "dice/logging/log.hpp"
 #include "dice/messages/detail/learner_group_hello.hpp"
 #include "dice/runtime/stop_signals.hpp"
+#include "dice/security/auth.hpp"
 #include "dice/type_ids.hpp"
 #include "net/data_plane.hpp"
 #include "net/dialer.hpp"
@@ -170,6 +171,7 @@ caf::expected<node_report> node::run(pipeline pipe, node_run_options opts) {
   rc.restarts = cfg_.restart_count;
   rc.spool_dir = cfg_.spool_dir;
   rc.spool_fsync = cfg_.spool_fsync;
+  rc.spool_key = spool_key(cfg_.secret);
   role_supervisor sup{std::move(rc), std::move(pipe),
                       opts.max_restarts >= 0 ? opts.max_restarts
                                              : cfg_.max_restarts,

@@ -48,6 +48,27 @@ std::string hmac_sha256(const std::string& key, const std::string& data) {
   return std::string(reinterpret_cast<char*>(out), len);
 }
 
+std::string hmac_sha256(const std::string& key,
+                        std::initializer_list<std::string_view> parts) {
+  unsigned char out[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  auto ctx = HMAC_CTX_new();
+  HMAC_Init_ex(ctx, key.data(), static_cast<int>(key.size()), EVP_sha256(),
+               nullptr);
+  for (auto part : parts)
+    HMAC_Update(ctx, reinterpret_cast<const unsigned char*>(part.data()),
+                part.size());
+  HMAC_Final(ctx, out, &len);
+  HMAC_CTX_free(ctx);
+  return std::string(reinterpret_cast<char*>(out), len);
+}
+
+std::string spool_key(const std::string& secret) {
+  if (secret.empty())
+    return {};
+  return hmac_sha256(secret, std::string("dice-spool-key", 15));
+}
+
 bool same_mac(const std::string& x, const std::string& y) noexcept {
   return x.size() == y.size() && !x.empty()
     && CRYPTO_memcmp(x.data(), y.data(), x.size()) == 0;

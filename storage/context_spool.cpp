@@ -74,7 +74,7 @@ caf::error context_spool::new_segment() {
     ::unlink(path.c_str());
     return err;
   }
-  auto head = file_header(opts_.node, opts_.incarnation);
+  auto head = file_header(opts_.node, opts_.incarnation, opts_.key);
   if (auto err = write_all(fd.get(), head.data(), head.size(), path)) {
     fd.reset();
     ::unlink(path.c_str());
@@ -92,8 +92,9 @@ caf::error context_spool::write_record(segment& s, std::uint32_t kind,
   put<std::uint32_t>(buf, kind);
   put<std::uint32_t>(buf, 0);
   put<std::uint64_t>(buf, payload.size());
-  put<std::uint64_t>(
-    buf, record_checksum(buf.data(), payload.data(), payload.size()));
+  put<std::uint64_t>(buf,
+                     record_checksum(opts_.key, buf.data(), payload.data(),
+                                     payload.size()));
   buf.insert(buf.end(), payload.begin(), payload.end());
   // One write(2) per record: the kernel's copy outlives this process; only
   // a kill in the middle of the call can leave the record torn, and then

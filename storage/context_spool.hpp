@@ -34,6 +34,11 @@ struct context_spool_options {
   std::uint32_t node = 0;
   /// This incarnation's incarnation.
   std::uint64_t incarnation = 0;
+  /// Authenticates headers and records (HMAC-SHA256 under this key, from
+  /// the cluster secret: security/auth.hpp's spool_key) instead of only
+  /// checksumming them, so a spool file someone without the secret wrote or
+  /// changed is refused with its file and offset. Empty: a checksum only.
+  std::string key;
   /// fdatasync after every write: survives power loss too, at the cost of
   /// a disk flush per delta (process death needs no sync).
   bool fsync = false;

@@ -1,5 +1,11 @@
 // The context spool's format: file names, headers, record checksums.
+#include "dice/security/auth.hpp"
+
 #include "context_spool_impl.hpp"
+
+#include <cstring>
+#include <initializer_list>
+#include <string_view>
 
 namespace dice::spool_detail {
 
@@ -58,18 +64,36 @@ caf::error write_all(int fd, const char* p, std::size_t n,
   return caf::none;
 }
 
-std::vector<char> file_header(std::uint32_t node, std::uint64_t incarnation) {
+namespace {
+
+std::uint64_t mac64(const std::string& key,
+                    std::initializer_list<std::string_view> parts) {
+  auto mac = hmac_sha256(key, parts);
+  std::uint64_t x = 0;
+  std::memcpy(&x, mac.data(), sizeof(x));
+  return x;
+}
+
+} // namespace
+
+std::vector<char> file_header(std::uint32_t node, std::uint64_t incarnation,
+                              const std::string& key) {
   std::vector<char> buf{spool_magic, spool_magic + 8};
   put<std::uint32_t>(buf, node);
   put<std::uint32_t>(buf, 0);
   put<std::uint64_t>(buf, incarnation);
-  put<std::uint64_t>(buf, checksum64(buf.data(), buf.size()));
+  put<std::uint64_t>(
+    buf,
+    key.empty() ? checksum64(buf.data(), buf.size())
+                : mac64(key, {"dice-spool-header", {buf.data(), buf.size()}}));
   return buf;
 }
 
-std::uint64_t record_checksum(const char* head, const char* payload,
-                              std::size_t n) {
-  return checksum64(payload, n, checksum64(head, 16));
+std::uint64_t record_checksum(const std::string& key, const char* head,
+                              const char* payload, std::size_t n) {
+  if (key.empty())
+    return checksum64(payload, n, checksum64(head, 16));
+  return mac64(key, {"dice-spool-record", {head, 16}, {payload, n}});
 }
 
 } // namespace dice::spool_detail

@@ -67,10 +67,12 @@ std::string incarnation_hex(std::uint64_t incarnation);
 std::optional<spool_name> parse_name(const std::string& name);
 caf::error write_all(int fd, const char* p, std::size_t n,
                      const std::string& path);
-std::vector<char> file_header(std::uint32_t node, std::uint64_t incarnation);
+std::vector<char> file_header(std::uint32_t node, std::uint64_t incarnation,
+                              const std::string& key);
 // The record's checksum covers its kind and length too: a torn or
-// overwritten head is caught like a torn payload.
-std::uint64_t record_checksum(const char* head, const char* payload,
-                              std::size_t n);
+// overwritten head is caught like a torn payload. Under a key it is a MAC
+// (the first 8 bytes of an HMAC-SHA256), so a forged record is caught too.
+std::uint64_t record_checksum(const std::string& key, const char* head,
+                              const char* payload, std::size_t n);
 
 } // namespace dice::spool_detail

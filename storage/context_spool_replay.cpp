@@ -107,7 +107,7 @@ caf::error context_spool::scan() {
       }
       auto size = static_cast<std::uint64_t>(sb.st_size);
       char head[header_size];
-      auto expected = file_header(node, incarnation);
+      auto expected = file_header(node, incarnation, opts_.key);
       if (size < header_size) {
         // A kill between creating a segment and writing its header leaves
         // a prefix of it: nothing was spooled there.
@@ -129,9 +129,11 @@ caf::error context_spool::scan() {
       if (std::memcmp(head, expected.data(), header_size) != 0) {
         fd.reset();
         refuse(path,
-               std::memcmp(head, spool_magic, 8) != 0
-                 ? "not a dice spool file"
-                 : "its header does not match its name");
+               std::memcmp(head, spool_magic, 8) != 0 ? "not a dice spool file"
+                 : opts_.key.empty()
+                 ? "its header does not match its name"
+                 : "its header does not match its name or "
+                   "was written without the cluster secret");
         continue;
       }
       std::map<std::uint64_t, context_delta> mine;
@@ -155,9 +157,12 @@ caf::error context_spool::scan() {
         payload.resize(static_cast<std::size_t>(len));
         if (!pread_all(fd.get(), payload.data(), payload.size(),
                        static_cast<off_t>(pos + record_head))
-            || record_checksum(rh, payload.data(), payload.size())
+            || record_checksum(opts_.key, rh, payload.data(), payload.size())
               != get<std::uint64_t>(rh + 16)) {
-          bad = "a record with a wrong checksum (cut short or corrupt)";
+          bad = opts_.key.empty()
+            ? "a record with a wrong checksum (cut short or corrupt)"
+            : "a record whose MAC does not check (cut short, corrupt, "
+              "or written without the cluster secret)";
           break;
         }
         if (kind == kind_settled && len == 8) {

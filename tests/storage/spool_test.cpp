@@ -3,6 +3,7 @@
 // short by a kill is dropped, settled deltas are not recovered and their
 // files go, and files that are not this node's (or lie) are left alone.
 
+#include "dice/security/auth.hpp"
 #include "storage/context_spool.hpp"
 
 #include "support/files.hpp"
@@ -36,14 +37,14 @@ context_delta delta(std::uint32_t node, std::uint64_t incarnation,
   return d;
 }
 
-std::unique_ptr<context_spool> open_spool(const fs::path& dir,
-                                          std::uint32_t node,
-                                          std::uint64_t incarnation,
-                                          std::size_t segment_bytes = 0) {
+std::unique_ptr<context_spool>
+open_spool(const fs::path& dir, std::uint32_t node, std::uint64_t incarnation,
+           std::size_t segment_bytes = 0, const std::string& key = {}) {
   context_spool_options opts;
   opts.dir = dir.string();
   opts.node = node;
   opts.incarnation = incarnation;
+  opts.key = key;
   if (segment_bytes > 0)
     opts.segment_bytes = segment_bytes;
   auto result = context_spool::open(opts);
@@ -137,6 +138,58 @@ TEST(ContextSpool, AFlippedByteEndsWhatIsReadFromItsRecordOn) {
   auto rec = second->take_recovered();
   ASSERT_EQ(rec.size(), 1u);
   EXPECT_EQ(seqs(rec[0]), (std::vector<std::uint64_t>{1}));
+}
+
+TEST(ContextSpool, RecordsWrittenWithoutTheClusterSecretAreRefused) {
+  // This user's other process (no cluster secret) writes a well-formed
+  // spool for node 3 claiming 1,000,000 env steps, and appends a forged
+  // record to a genuine one. Before: both were republished as node 3's.
+  auto key = dice::spool_key("0123456789abcdef0123456789abcdef");
+  test::scratch tmp{"spool_forged"};
+  auto forged_dir = tmp.dir / "forged";
+  auto genuine_dir = tmp.dir / "genuine";
+  fs::create_directories(forged_dir);
+  fs::create_directories(genuine_dir);
+  ::chmod(forged_dir.c_str(), 0700);
+  ::chmod(genuine_dir.c_str(), 0700);
+  std::uint64_t forged_third_at = 0;
+  {
+    auto forger = open_spool(forged_dir, 3, 0xA, 0, "");
+    ASSERT_FALSE(forger->append(delta(3, 0xA, 1, 1000000)));
+    ASSERT_FALSE(forger->append(delta(3, 0xA, 2, 1000000)));
+    forged_third_at = forger->segment_size();
+    ASSERT_FALSE(forger->append(delta(3, 0xA, 3, 1000000)));
+    auto genuine = open_spool(genuine_dir, 3, 0xA, 0, key);
+    ASSERT_FALSE(genuine->append(delta(3, 0xA, 1)));
+    ASSERT_FALSE(genuine->append(delta(3, 0xA, 2)));
+  }
+  auto forged_file = forged_dir / *names(forged_dir).begin();
+  auto genuine_file = genuine_dir / *names(genuine_dir).begin();
+  auto genuine_size = fs::file_size(genuine_file);
+  {
+    // The forger's third record, appended to the genuine segment.
+    std::ifstream in{forged_file, std::ios::binary};
+    std::string bytes{std::istreambuf_iterator<char>(in), {}};
+    std::ofstream out{genuine_file, std::ios::binary | std::ios::app};
+    out << bytes.substr(forged_third_at);
+  }
+  // The victim (with the secret) opens both spools.
+  auto victim = open_spool(forged_dir, 3, 0xC, 0, key);
+  ASSERT_TRUE(victim);
+  EXPECT_TRUE(victim->take_recovered().empty()) << "a forged file";
+  ASSERT_EQ(victim->refused().size(), 1u);
+  EXPECT_NE(victim->refused()[0].find("without the cluster secret"),
+            std::string::npos)
+    << victim->refused()[0];
+  auto owner = open_spool(genuine_dir, 3, 0xC, 0, key);
+  ASSERT_TRUE(owner);
+  auto rec = owner->take_recovered();
+  ASSERT_EQ(rec.size(), 1u);
+  EXPECT_EQ(seqs(rec[0]), (std::vector<std::uint64_t>{1, 2}))
+    << "the forged record appended to a genuine segment is dropped";
+  EXPECT_EQ(rec[0].deltas[1], delta(3, 0xA, 2));
+  EXPECT_EQ(fs::file_size(genuine_file), genuine_size)
+    << "cut back at the forged record's offset";
 }
 
 TEST(ContextSpool, RepublishedThenAcknowledgedLeavesNothingBehind) {

@@ -90,6 +90,8 @@ struct role_config {
   std::string spool_dir;
   /// fdatasync every spool write (node_services::spool_fsync).
   bool spool_fsync = false;
+  /// Key the spool authenticates its records with (node_services::spool_key).
+  std::string spool_key;
   /// Where the actor leaves its pipeline when it quits for a restart
   /// (role_supervisor runs it again when it has no `rebuild`): middleware
   /// is move-only, so an incarnation hands its pipeline to the next one

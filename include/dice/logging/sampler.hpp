@@ -21,8 +21,7 @@ class sampler {
  public:
   /// Every `every`th occurrence of a key is logged, starting with the first.
   explicit sampler(std::uint64_t every = 1024, std::size_t max_keys = 4096)
-    : every_(every), max_keys_(max_keys) {
-  }
+    : every_(every), max_keys_(max_keys) {}
 
   /// The occurrence's number when it is to be logged (1, 1025, ...), else 0.
   std::uint64_t next(const std::string& key);

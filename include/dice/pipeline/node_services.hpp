@@ -157,6 +157,12 @@ class node_services {
     return false;
   }
 
+  /// Key the spool authenticates its records with, from the cluster secret
+  /// (empty: no secret; records are checksummed only).
+  virtual std::string spool_key() const {
+    return {};
+  }
+
  protected:
   /// Takes one value of a topic; false: not of the handler's type.
   using erased_handler = std::function<bool(const detail::topic_value&)>;

@@ -9,7 +9,9 @@
 #include "caf/expected.hpp"
 
 #include <cstdint>
+#include <initializer_list>
 #include <string>
+#include <string_view>
 
 namespace dice {
 
@@ -21,6 +23,14 @@ std::string random_nonce(std::size_t n = 32);
 
 /// HMAC-SHA256 of `data` under `key` (32 raw bytes).
 std::string hmac_sha256(const std::string& key, const std::string& data);
+
+/// HMAC-SHA256 under `key` of `parts` one after the other (not copied).
+std::string hmac_sha256(const std::string& key,
+                        std::initializer_list<std::string_view> parts);
+
+/// The key a node's context spool authenticates its records with, derived
+/// from the cluster secret (empty without one: records get a checksum only).
+std::string spool_key(const std::string& secret);
 
 /// SHA-256 of `n` bytes at `data` (32 raw bytes; OpenSSL EVP).
 std::string sha256(const void* data, std::size_t n);
