@@ -19,7 +19,7 @@ std::string sampled_note(std::uint64_t n, std::uint64_t every) {
   if (n <= 1)
     return {};
   return " (" + std::to_string(n) + " such; every " + std::to_string(every)
-         + "th is logged)";
+    + "th is logged)";
 }
 
 std::string host_of(const std::string& address) {

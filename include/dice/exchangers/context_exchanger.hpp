@@ -133,7 +133,7 @@ struct context_exchanger_options {
   /// it once acknowledged; a later incarnation of the same node (after
   /// kill -9, say) republishes what its predecessors left unacknowledged,
   /// under their incarnation and seqs, so the learner applies each exactly once
-  /// (messages/context_spool.hpp). Empty: the node's --dice.spool-dir
+  /// (storage/context_spool.hpp). Empty: the node's --dice.spool-dir
   /// (node_services::spool_dir); "-": no spool even then.
   std::string spool_dir;
   /// fdatasync every spool write (power loss; process death needs none).
