@@ -9,6 +9,7 @@
 #include <openssl/rand.h>
 #include <openssl/x509.h>
 #include <openssl/x509_vfy.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <fstream>
@@ -61,6 +62,23 @@ std::string hmac_sha256(const std::string& key,
   HMAC_Final(ctx, out, &len);
   HMAC_CTX_free(ctx);
   return std::string(reinterpret_cast<char*>(out), len);
+}
+
+caf::error refuse_foreign_file(std::uint32_t uid, std::uint32_t mode,
+                               const std::string& path) {
+  if (uid != ::geteuid())
+    return make_error(errc::storage_failed,
+                      path + " belongs to uid " + std::to_string(uid)
+                        + ", not to this user (uid "
+                        + std::to_string(::geteuid()) + "): refused");
+  if ((mode & 022) != 0) {
+    char buf[8];
+    std::snprintf(buf, sizeof(buf), "%04o", mode & 07777);
+    return make_error(errc::storage_failed,
+                      path + " has mode " + buf
+                        + ": group or others may have written it; refused");
+  }
+  return caf::none;
 }
 
 std::string spool_key(const std::string& secret) {

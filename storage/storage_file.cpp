@@ -92,6 +92,10 @@ caf::error open_storage(const storage_ref& ref, unique_fd& fd,
   if (!S_ISREG(st.st_mode))
     return fail(make_error(errc::storage_failed,
                            ref.path + " is not a regular file: refused"));
+  // Loaders store with mode 0600 as this user; anything else was planted
+  // or changed by someone else.
+  if (auto err = refuse_foreign_file(st.st_uid, st.st_mode, ref.path))
+    return fail(std::move(err));
   if (static_cast<std::uint64_t>(st.st_size) != ref.size)
     return fail(make_error(errc::malformed_input,
                            ref.path + " holds " + std::to_string(st.st_size)

@@ -5,6 +5,7 @@
 #include "dice/core/errc.hpp"
 #include "dice/messages/detail/snapshot_chunk.hpp"
 #include "dice/process/unique_fd.hpp"
+#include "dice/security/auth.hpp"
 #include "dice/security/trust.hpp"
 #include "dice/storage/storage.hpp"
 #include "storage/fd_io.hpp"

@@ -1,8 +1,10 @@
 #include "dice/torch/checkpoint.hpp"
 
 #include "dice/core/errc.hpp"
+#include "dice/security/auth.hpp"
 #include "dice/torch/model.hpp"
 
+#include <sys/stat.h>
 #include <torch/serialize.h>
 #include <torch/torch.h>
 
@@ -51,6 +53,13 @@ caf::expected<model_snapshot> load_pytorch_checkpoint(const std::string& path) {
   std::ifstream in{path, std::ios::binary};
   if (!in)
     return make_error(errc::storage_missing, path + " cannot be opened");
+  // A checkpoint another user owns or could have changed is not loaded
+  // (another local user's planted weights would become the model).
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0)
+    return make_error(errc::storage_missing, path + " cannot be opened");
+  if (auto err = refuse_foreign_file(st.st_uid, st.st_mode, path))
+    return err;
   std::vector<char> bytes{std::istreambuf_iterator<char>{in},
                           std::istreambuf_iterator<char>{}};
   try {

@@ -139,6 +139,29 @@ TEST_F(HostileRef, PathsOutsideTheLoadersDirectoryAreRefused) {
 
 // A FIFO with a dice name in the loader's own directory: opening it for
 // reading waited for a writer for ever (the loader hung). Refused at once.
+// An item in the loader's own directory that another user owns, or that
+// group or others may write, was planted or changed by someone else:
+// refused with why (before: loaded as this node's context).
+TEST_F(HostileRef, ItemsOfAnotherUserOrWritableByOthersAreRefused) {
+  auto item = store(opts_in(own), sample_delta());
+  ASSERT_TRUE(item);
+  ASSERT_TRUE(ask_loader(*item)) << "stored 0600 by this user: loads";
+  ::chmod(item->path.c_str(), 0666);
+  auto writable = ask_loader(*item);
+  ASSERT_FALSE(writable) << "a 0666 item was loaded";
+  EXPECT_NE(render(writable.error()).find("mode 0666"), std::string::npos)
+    << render(writable.error());
+  ::chmod(item->path.c_str(), 0600);
+  if (::geteuid() != 0)
+    GTEST_SKIP() << "giving a file to another user needs root (CI is)";
+  ASSERT_EQ(::chown(item->path.c_str(), 65534, 65534), 0); // nobody
+  auto foreign = ask_loader(*item);
+  ASSERT_FALSE(foreign) << "another user's item was loaded";
+  EXPECT_NE(render(foreign.error()).find("belongs to uid 65534"),
+            std::string::npos)
+    << render(foreign.error());
+}
+
 TEST_F(HostileRef, AFifoIsRefusedWithoutBlocking) {
   auto fifo = own / "dice.9.1.2.bin";
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);

@@ -95,6 +95,32 @@ TEST_F(Checkpoint, MissingAndForeignFilesAreErrors) {
   EXPECT_TRUE(dice::is(junk.error(), dice::errc::malformed_input));
 }
 
+// A checkpoint another user owns, or that group or others may write, is
+// not loaded (another local user's weights would become the model).
+TEST_F(Checkpoint, PlantedCheckpointsAreRefused) {
+  torch::nn::Linear net{4, 3};
+  auto x = dice::to_snapshot(*net);
+  ASSERT_TRUE(x);
+  auto path = (dir / "latest.pt").string();
+  ASSERT_FALSE(dice::save_pytorch_checkpoint(*x, path));
+  ASSERT_TRUE(dice::load_pytorch_checkpoint(path));
+  fs::permissions(path, fs::perms::others_write, fs::perm_options::add);
+  auto writable = dice::load_pytorch_checkpoint(path);
+  ASSERT_FALSE(writable) << "an others-writable checkpoint was loaded";
+  EXPECT_NE(dice::render(writable.error()).find("group or others may have"),
+            std::string::npos)
+    << dice::render(writable.error());
+  fs::permissions(path, fs::perms::others_write, fs::perm_options::remove);
+  if (::geteuid() != 0)
+    GTEST_SKIP() << "giving a file to another user needs root (CI is)";
+  ASSERT_EQ(::chown(path.c_str(), 65534, 65534), 0); // nobody
+  auto foreign = dice::load_pytorch_checkpoint(path);
+  ASSERT_FALSE(foreign) << "another user's checkpoint was loaded";
+  EXPECT_NE(dice::render(foreign.error()).find("belongs to uid 65534"),
+            std::string::npos)
+    << dice::render(foreign.error());
+}
+
 TEST_F(Checkpoint, PythonTorchLoadReadsWhatDiceWrote) {
   if (!python_has_torch())
     GTEST_SKIP() << "python3-torch is not installed (apt-get install -y "

@@ -28,6 +28,12 @@ std::string hmac_sha256(const std::string& key, const std::string& data);
 std::string hmac_sha256(const std::string& key,
                         std::initializer_list<std::string_view> parts);
 
+/// Refuses a file dice reads back (a stored item, a checkpoint) that
+/// another user owns or that group or others may write (`uid` and `mode`
+/// from its stat): another local user could have planted or changed it.
+caf::error refuse_foreign_file(std::uint32_t uid, std::uint32_t mode,
+                               const std::string& path);
+
 /// The key a node's context spool authenticates its records with, derived
 /// from the cluster secret (empty without one: records get a checksum only).
 std::string spool_key(const std::string& secret);
