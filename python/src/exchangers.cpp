@@ -48,11 +48,27 @@ py_loader& loader_of(const py::object& x, bool model, const char* arg) {
   return x.cast<py_loader&>();
 }
 
-template <class Actor, class Spawn>
-Actor spawn_loader(node_setup& n, py_loader& l, Spawn spawn) {
+loader_options options_for(node_setup& n, const py_loader& l) {
   auto opts = l.opts;
   opts.node = n.id();
-  return spawn(n.system(), opts);
+  return opts;
+}
+
+// The node's storage loader for `x` (a FileStorageLoader), or none.
+storage_loader_actor storage_loader_for(node_setup& n, const py::object& x) {
+  if (x.is_none())
+    return {};
+  return spawn_storage_loader(n.system(),
+                              options_for(n, loader_of(x, false,
+                                                       "storage_loader")));
+}
+
+// The node's model loader for `x` (a FileModelLoader), or none.
+model_loader_actor model_loader_for(node_setup& n, const py::object& x) {
+  if (x.is_none())
+    return {};
+  return spawn_model_loader(n.system(),
+                            options_for(n, loader_of(x, true, "model_loader")));
 }
 
 py_middleware wrap(middleware m) {
@@ -92,12 +108,7 @@ void bind_exchangers(py::module_& m) {
       opts.max_in_flight = max_in_flight;
       opts.timeout = seconds(timeout);
       opts.learner_timeout = seconds(timeout);
-      if (!storage_loader.is_none())
-        opts.storage_loader = spawn_loader<storage_loader_actor>(
-          n, loader_of(storage_loader, false, "storage_loader"),
-          [](caf::actor_system& sys, const loader_options& o) {
-            return spawn_storage_loader(sys, o);
-          });
+      opts.storage_loader = storage_loader_for(n, storage_loader);
       return wrap(context_exchanger(std::move(opts)));
     },
     py::arg("skip_n_iter"), py::arg("storage_loader"), py::arg("max_in_flight"),
@@ -109,12 +120,7 @@ void bind_exchangers(py::module_& m) {
       auto& n = setup_of("ModelExchanger");
       model_exchanger_options opts;
       opts.timeout = seconds(timeout);
-      if (!model_loader.is_none())
-        opts.model_loader = spawn_loader<model_loader_actor>(
-          n, loader_of(model_loader, true, "model_loader"),
-          [](caf::actor_system& sys, const loader_options& o) {
-            return spawn_model_loader(sys, o);
-          });
+      opts.model_loader = model_loader_for(n, model_loader);
       return wrap(model_exchanger(python_model(std::move(model)), opts));
     },
     py::arg("model"), py::arg("model_loader"), py::arg("timeout"));
@@ -138,12 +144,7 @@ void bind_exchangers(py::module_& m) {
       opts.stale_toleration = stale_toleration;
       opts.event_name = std::move(event_name);
       opts.timeout = seconds(timeout);
-      if (!model_loader.is_none())
-        opts.model_loader = spawn_loader<model_loader_actor>(
-          n, loader_of(model_loader, true, "model_loader"),
-          [](caf::actor_system& sys, const loader_options& o) {
-            return spawn_model_loader(sys, o);
-          });
+      opts.model_loader = model_loader_for(n, model_loader);
       return wrap(
         periodical_model_exchanger(python_model(std::move(model)), opts));
     },
