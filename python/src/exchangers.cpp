@@ -58,9 +58,8 @@ loader_options options_for(node_setup& n, const py_loader& l) {
 storage_loader_actor storage_loader_for(node_setup& n, const py::object& x) {
   if (x.is_none())
     return {};
-  return spawn_storage_loader(n.system(),
-                              options_for(n, loader_of(x, false,
-                                                       "storage_loader")));
+  return spawn_storage_loader(
+    n.system(), options_for(n, loader_of(x, false, "storage_loader")));
 }
 
 // The node's model loader for `x` (a FileModelLoader), or none.
