@@ -1,17 +1,10 @@
-"""dqn_cartpole.py: distributed DQN on CartPole-v1 with dice, written like a
-DI-engine pipeline. A learner (node 0), an evaluator (node 1) and collectors
-(nodes 2..) exchange context and models (ContextExchanger, ModelExchanger):
-as nodes of this one process by default, or one node per process under the
-launcher. The C++ twin is examples/dqn_cartpole.
+"""dqn_cartpole.py: distributed DQN on CartPole-v1 with dice as a DI-engine
+pipeline (learner node 0, evaluator node 1, collectors), the C++ twin of
+examples/dqn_cartpole. Writes OUT/metrics.jsonl, summary.json,
+eval_return.png, latest.pt and best.pt (per node as a cluster); --help.
 
-  python3 examples/python/dqn_cartpole.py               # until eval >= 475
-  python3 examples/python/dqn_cartpole.py --seed=3 --collectors=4
+  python3 examples/python/dqn_cartpole.py [--seed=3 --collectors=4 ...]
   python3 -m dice.launch --workers 5 -- python3 examples/python/dqn_cartpole.py
-
-Writes OUT/metrics.jsonl, OUT/summary.json, OUT/eval_return.png (gnuplot),
-OUT/latest.pt (learner) and OUT/best.pt (evaluator), state_dicts that
-torch.load reads; as a cluster node metrics-ID.jsonl and summary-ID.json.
-Options: --help; every other option goes to dice (--collectors, --dice.*).
 """
 
 import argparse
@@ -28,7 +21,7 @@ from dice.framework.middleware import ContextExchanger, ModelExchanger
 from dice.rl import (CartPoleVecEnv, DQNLearner, NStep, RunOutputs, Window,
                      add_dqn_options, add_run_options, epsilon_greedy, fixed,
                      hidden_sizes, linear_epsilon, node_info, play_greedy,
-                     q_network, save_state_dict, write_json)
+                     q_network)
 
 
 def parse(argv):
@@ -50,9 +43,7 @@ def learner(model, node):
          "saved": time.monotonic(), "ctx": None}
 
     def save():
-        save_state_dict(model, out.path("latest.pt"))
-        write_json(out.path("latest.json"),
-                   dict(s["ctx"], replay=len(dqn.buffer)))
+        out.checkpoint(model, "latest", **s["ctx"], replay=len(dqn.buffer))
 
     def train(ctx):
         fresh = 0
@@ -95,7 +86,7 @@ def learner(model, node):
             save()
         if args.max_env_steps and ctx.env_step >= args.max_env_steps:
             out.stop(node, "max_env_steps")
-        if args.max_seconds and now >= args.max_seconds:
+        elif args.max_seconds and now >= args.max_seconds:
             out.stop(node, "max_seconds")
 
     def at_exit():
@@ -128,15 +119,11 @@ def evaluator(model, node):
                                    solved)
         ctx.last_eval_iter, ctx.last_eval_value = ctx.train_iter, pt.mean
         ctx.eval_value = pt.mean
-        out.metrics(node, "evaluator", train_iter=pt.train_iter,
-                    env_step=pt.env_step, model_version=ctx.model_version,
-                    eval_return_mean=pt.mean, eval_return_min=pt.min,
-                    eval_return_max=pt.max)
+        out.metrics(node, "evaluator", **pt.fields(),
+                    model_version=ctx.model_version)
         if best:
-            save_state_dict(model, out.path("best.pt"))
-            write_json(out.path("best.json"), dict(
-                eval_return=pt.mean, env_step=pt.env_step,
-                train_iter=pt.train_iter))
+            out.checkpoint(model, "best", eval_return=pt.mean,
+                           env_step=pt.env_step, train_iter=pt.train_iter)
         if out.distributed:  # no learner here to show the evals
             out.progress(node, f"[dqn {pt.seconds:.0f}s] eval {pt.mean:.1f} "
                          f"at iter {pt.train_iter}, env {pt.env_step}")

@@ -29,8 +29,17 @@ from collections import namedtuple
 
 from ..framework import task
 
-EvalPoint = namedtuple("EvalPoint", "env_step seconds train_iter mean min max")
-EvalPoint.__doc__ = "One evaluation: counters, seconds since start, returns."
+class EvalPoint(namedtuple("EvalPoint",
+                           "env_step seconds train_iter mean min max")):
+    """One evaluation: counters, seconds since start, returns."""
+
+    __slots__ = ()
+
+    def fields(self):
+        """The evaluation as fields of a metrics line."""
+        return dict(train_iter=self.train_iter, env_step=self.env_step,
+                    eval_return_mean=self.mean, eval_return_min=self.min,
+                    eval_return_max=self.max)
 
 
 def node_info():
@@ -292,6 +301,12 @@ class RunOutputs:
     def path(self, name):
         """OUT/name."""
         return os.path.join(self.out, name)
+
+    def checkpoint(self, model, name, **fields):
+        """OUT/name.pt (model's state_dict, torch.load reads it) and
+        OUT/name.json (fields): a resumable point or the best model."""
+        save_state_dict(model, self.path(name + ".pt"))
+        write_json(self.path(name + ".json"), fields)
 
     def seconds(self):
         """Seconds since open() (about the start of the run)."""
