@@ -135,13 +135,18 @@ class ProcessTest(unittest.TestCase):
         self.assertLess(took, 3.0)  # 1 s on a quiet machine; CI is loaded
 
     def test_sigterm_to_dice_launch_stops_python_nodes_gracefully(self):
-        launch = Process([PYTHON, "-m", "dice.launch", "--workers", "3", "--"]
+        # A collector whose last ack the stopping learner did not get waits
+        # out its drain timeout (10 s), as long as dice-launch's default
+        # stop timeout: the launcher gets 30 s so that race does not decide
+        # the exit code (seen once in CI; open in issue 24's note).
+        launch = Process([PYTHON, "-m", "dice.launch", "--workers", "3",
+                          "--stop-timeout", "30", "--"]
                          + NODE_PY + ["--iterations=0"])
         self.nodes = [launch]
         self.assertIsNotNone(launch.wait_for("learner got", START),
                              launch.text())
         launch.signal(signal.SIGTERM)
-        self.assertEqual(launch.wait(20), 0, launch.text())
+        self.assertEqual(launch.wait(45), 0, launch.text())
         self.assertEqual(len(launch.reports()), 3, launch.text())
 
     def test_a_python_node_that_raised_is_restarted_under_max_restarts(self):
