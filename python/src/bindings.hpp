@@ -53,7 +53,7 @@ class gil_object {
   py::object obj_;
 };
 
-// -- codec (convert.cpp) ------------------------------------------------------
+// -- values (convert.cpp) and dice.codec (codec.cpp) ----------------------------
 
 /// Converts a Python object to a value; arrays view the object's memory and
 /// keep it alive. Anything dice cannot carry raises TypeError naming `path`
@@ -76,7 +76,7 @@ payload pack_list(const py::handle& list, const std::string& root,
 py::list unpack_list(const std::vector<payload>& xs, std::uint32_t receiver,
                      std::size_t* refused = nullptr, bool event = false);
 
-/// Binds dice.codec's functions.
+/// Binds dice.codec's functions (codec.cpp).
 void bind_codec(py::module_& m);
 
 // -- context (context.cpp) ----------------------------------------------------
