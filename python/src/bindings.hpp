@@ -53,7 +53,8 @@ class gil_object {
   py::object obj_;
 };
 
-// -- values (convert.cpp) and dice.codec (codec.cpp) ----------------------------
+// -- values (convert.cpp) and dice.codec (codec.cpp)
+// ----------------------------
 
 /// Converts a Python object to a value; arrays view the object's memory and
 /// keep it alive. Anything dice cannot carry raises TypeError naming `path`
