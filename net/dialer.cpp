@@ -81,7 +81,8 @@ void dial_worker(caf::blocking_actor* self, dialer_config cfg,
     auto fd = dial_channel(cfg.secret, host, port, channel::control, deadline);
     if (!fd)
       return report(fd.error());
-    auto scribe = make_scribe(self->system(), std::move(*fd), cfg.tls, false);
+    auto scribe = make_scribe(self->system(), std::move(*fd), cfg.tls, false,
+                              scribe_limits{cfg.node, cfg.max_basp_payload});
     if (!scribe)
       return report(scribe.error());
     auto left = std::chrono::duration_cast<caf::timespan>(deadline

@@ -1,5 +1,6 @@
 #pragma once
 
+#include "net/basp_guard.hpp"
 #include "net/preamble.hpp"
 #include "net/socket.hpp"
 
@@ -24,6 +25,8 @@ struct dialer_config {
   bool tls = false;
   /// Deadline of one attempt: connect, preamble and BASP handshake.
   caf::timespan connect_timeout = std::chrono::seconds{2};
+  /// Largest BASP payload the peer may announce (net/basp_guard.hpp).
+  std::uint32_t max_basp_payload = default_max_basp_payload;
 };
 
 /// Connects to `host`:`port` and runs dice's preamble for channel `ch`

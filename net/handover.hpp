@@ -17,6 +17,7 @@
 //   serialize).
 
 #include "dice/process/unique_fd.hpp"
+#include "net/basp_guard.hpp"
 
 #include "caf/actor.hpp"
 #include "caf/actor_system.hpp"
@@ -32,12 +33,23 @@ namespace dice::net {
 /// The middleman's BASP broker (created with the middleman).
 caf::actor basp_broker_of(caf::actor_system& sys);
 
+/// What a scribe lets through to BASP, and whose logs it writes.
+struct scribe_limits {
+  /// The node's id (for log lines).
+  std::uint32_t node = 0;
+  /// Largest BASP payload a peer may announce (net/basp_guard.hpp).
+  std::uint32_t max_basp_payload = default_max_basp_payload;
+};
+
 /// Wraps `fd` as a scribe of `sys`'s middleman, which owns it from then
 /// on (closed here if that fails): plain TCP, or TLS through CAF's openssl
 /// session (`accepting`: the server side of the TLS handshake). The TLS
-/// handshake runs in the multiplexer once the broker reads.
-caf::expected<caf::io::scribe_ptr>
-make_scribe(caf::actor_system& sys, unique_fd fd, bool tls, bool accepting);
+/// handshake runs in the multiplexer once the broker reads. Either way every
+/// BASP frame passes a `basp_guard` before CAF reads it.
+caf::expected<caf::io::scribe_ptr> make_scribe(caf::actor_system& sys,
+                                               unique_fd fd, bool tls,
+                                               bool accepting,
+                                               scribe_limits limits = {});
 
 /// Gives an accepted connection to BASP as a connection to `whom`,
 /// published on `port` with interface `sigs`.

@@ -56,8 +56,10 @@ caf::expected<node> node::start(caf::actor_system& sys, node_config cfg) {
   bc.retained_topics = {model_topic, context_topic(role::learner),
                         learner_group_topic};
   // Peers are dialled raw and authenticated before BASP sees the socket.
-  bc.dialer = net::spawn_dialer(
-    sys, net::dialer_config{c.id, c.secret, bc.tls, c.connect_timeout});
+  bc.dialer = net::spawn_dialer(sys,
+                                net::dialer_config{c.id, c.secret, bc.tls,
+                                                   c.connect_timeout,
+                                                   c.max_basp_payload});
   if (c.distributed && c.data_channel) {
     net::data_plane_config dc;
     dc.node = c.id;
@@ -94,13 +96,14 @@ caf::error node::listen() {
   auto tls = c.tls.any();
   auto port = std::make_shared<std::uint16_t>(0);
   auto node_id = c.id;
+  auto limits = net::scribe_limits{c.id, c.max_basp_payload};
   auto data = data_;
   net::listener_config lc{
     c.id, c.host, c.port, c.secret, c.handshake_timeout, c.max_pending};
   lc.fd = c.listen_fd;
   // Runs on the listener's thread for each connection that finished the
   // preamble: only then does CAF get the socket.
-  auto handover = [&sys, basp, gate, sigs, tls, port, node_id,
+  auto handover = [&sys, basp, gate, sigs, tls, port, node_id, limits,
                    data](unique_fd fd, net::channel ch, const std::string& peer,
                          const std::string& binding) {
     if (ch == net::channel::data) {
@@ -112,7 +115,7 @@ caf::error node::listen() {
     }
     if (ch != net::channel::control)
       return; // closes `fd`
-    auto scribe = net::make_scribe(sys, std::move(fd), tls, true);
+    auto scribe = net::make_scribe(sys, std::move(fd), tls, true, limits);
     if (!scribe) {
       log::warning(node_id,
                    "connection from " + peer

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <limits>
 
 namespace dice {
 
@@ -222,6 +223,15 @@ caf::expected<node_config> make_node_config(const node_system_config& cfg) {
   result.connect_timeout = cfg.connect_timeout;
   result.handshake_timeout = cfg.handshake_timeout;
   result.max_pending = cfg.max_pending;
+  // Snapshots cross BASP in chunks of default_chunk_bytes (8 MB) plus a
+  // header; below 16 MiB a node could not take its own chunks.
+  if (cfg.max_basp_payload < (std::size_t{16} << 20)
+      || cfg.max_basp_payload > std::numeric_limits<std::uint32_t>::max())
+    return make_error(errc::invalid_config,
+                      "dice.max-basp-payload must be between 16 MiB and 4 GiB "
+                      "(bytes), not "
+                        + std::to_string(cfg.max_basp_payload));
+  result.max_basp_payload = static_cast<std::uint32_t>(cfg.max_basp_payload);
   if (cfg.listen_fd < -1 || cfg.listen_fd > 1000000)
     return make_error(errc::invalid_config,
                       "bad dice.listen-fd " + std::to_string(cfg.listen_fd));

@@ -49,6 +49,9 @@ node_system_config::node_system_config() {
          "preamble by then")
     .add(max_pending, "max-pending",
          "most accepted connections in the preamble at once")
+    .add(max_basp_payload, "max-basp-payload",
+         "largest BASP payload (bytes) a peer may announce; a larger one "
+         "closes its connection")
     .add(insecure, "insecure",
          "listen beyond loopback with neither secret nor TLS (anyone who "
          "reaches the port may join)")

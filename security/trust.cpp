@@ -31,6 +31,7 @@ const char* to_string(trust_event x) noexcept {
     case trust_event::anonymous_dropped: return "anonymous_dropped";
     case trust_event::stranger_dropped: return "stranger_dropped";
     case trust_event::forged_origin: return "forged_origin";
+    case trust_event::frame_rejected: return "frame_rejected";
   }
   return "unknown";
 }

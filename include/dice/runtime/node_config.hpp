@@ -118,6 +118,9 @@ struct node_config {
   /// Most accepted connections in the preamble at once; a new one past it
   /// closes the oldest.
   std::size_t max_pending = 64;
+  /// Largest BASP payload a peer may announce; a larger announce closes its
+  /// connection before CAF allocates it (net/basp_guard.hpp).
+  std::uint32_t max_basp_payload = std::uint32_t{256} << 20;
   /// Listen on a non-loopback address with neither secret nor TLS (logged
   /// as a warning): anyone who reaches the port and speaks dice joins.
   bool insecure = false;
@@ -198,6 +201,8 @@ class node_system_config : public caf::actor_system_config {
   caf::timespan handshake_timeout = std::chrono::seconds{2};
   /// dice.max-pending.
   std::size_t max_pending = 64;
+  /// dice.max-basp-payload (bytes).
+  std::size_t max_basp_payload = std::size_t{256} << 20;
   /// dice.insecure.
   bool insecure = false;
   /// dice.data-channel.

@@ -49,10 +49,14 @@ enum class trust_event : std::uint8_t {
   /// An authenticated peer's message named another node as its sender or
   /// origin (peers never relay: a forward comes from its publisher).
   forged_origin,
+  /// A connection past the preamble sent a BASP frame header that CAF 0.17
+  /// would crash on or that announced more than dice.max-basp-payload: the
+  /// connection was closed before CAF read it (net/basp_guard.hpp).
+  frame_rejected,
 };
 
 /// Number of trust_event kinds.
-inline constexpr std::size_t trust_event_count = 16;
+inline constexpr std::size_t trust_event_count = 17;
 
 /// The enumerator's name, e.g. "auth_refused".
 const char* to_string(trust_event x) noexcept;
