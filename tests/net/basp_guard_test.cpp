@@ -2,6 +2,8 @@
 // frame: genuine headers that CAF itself serialized pass, the frames CAF
 // 0.17.6 crashes or over-allocates on do not.
 
+#include "dice/core/errc.hpp"
+#include "dice/runtime/node_config.hpp"
 #include "net/basp_guard.hpp"
 
 #include "caf/actor_system.hpp"
@@ -104,6 +106,24 @@ TEST(BaspGuard, APayloadOfAnotherLengthThanAnnouncedIsRefused) {
   ASSERT_EQ(g.check(h.data(), h.size()), "");
   std::string payload(99, 'x');
   EXPECT_NE(g.check(payload.data(), payload.size()), "");
+}
+
+TEST(BaspGuard, TheBoundIsConfiguredWithinItsLimits) {
+  dice::node_system_config cfg;
+  auto nc = dice::make_node_config(cfg);
+  ASSERT_TRUE(nc) << caf::to_string(nc.error());
+  EXPECT_EQ(nc->max_basp_payload, dice::net::default_max_basp_payload);
+  // Below 16 MiB a node could not take the 8 MB snapshot chunks it sends.
+  cfg.max_basp_payload = std::size_t{1} << 20;
+  auto small = dice::make_node_config(cfg);
+  ASSERT_FALSE(small);
+  EXPECT_EQ(small.error(), dice::errc::invalid_config);
+  cfg.max_basp_payload = std::size_t{8} << 30;
+  EXPECT_FALSE(dice::make_node_config(cfg));
+  cfg.max_basp_payload = std::size_t{64} << 20;
+  auto ok = dice::make_node_config(cfg);
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->max_basp_payload, std::uint32_t{64} << 20);
 }
 
 } // namespace
