@@ -162,6 +162,38 @@ TEST_F(HostileRef, ItemsOfAnotherUserOrWritableByOthersAreRefused) {
     << render(foreign.error());
 }
 
+// Someone who can write the item (this user's other processes, or anyone
+// before the owner and mode checks) changes its bytes after the reference
+// went out: same size, owner and mode. The reference's checksum, which only
+// travels on the authenticated router, no longer matches: refused.
+TEST_F(HostileRef, AnItemAlteredAfterItsReferenceWentOutIsRefused) {
+  for (auto kind : {storage_kind::file, storage_kind::shm}) {
+    auto so = opts_in(own);
+    so.kind = kind;
+    auto ref = store(so, sample_delta());
+    ASSERT_TRUE(ref);
+    ASSERT_NE(ref->checksum, 0u);
+    ASSERT_TRUE(ask_loader(*ref)) << "unaltered: loads";
+    int fd = kind == storage_kind::shm
+      ? ::shm_open(ref->path.c_str(), O_RDWR, 0)
+      : ::open(ref->path.c_str(), O_RDWR);
+    ASSERT_GE(fd, 0);
+    // One byte in the middle of the trajectory (7 -> 8).
+    char b = 0;
+    auto at = static_cast<off_t>(ref->size / 2);
+    ASSERT_EQ(::pread(fd, &b, 1, at), 1);
+    b = static_cast<char>(b ^ 0x0F);
+    ASSERT_EQ(::pwrite(fd, &b, 1, at), 1);
+    ::close(fd);
+    auto altered = ask_loader(*ref);
+    ASSERT_FALSE(altered) << "an altered item was loaded";
+    EXPECT_NE(render(altered.error()).find("checksum mismatch"),
+              std::string::npos)
+      << render(altered.error());
+    remove_storage(*ref);
+  }
+}
+
 TEST_F(HostileRef, AFifoIsRefusedWithoutBlocking) {
   auto fifo = own / "dice.9.1.2.bin";
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
