@@ -15,6 +15,7 @@
 #include "net/handover.hpp"
 #include "net/listener.hpp"
 #include "runtime/role_supervisor.hpp"
+#include "storage/context_spool.hpp"
 
 #include "caf/exit_reason.hpp"
 #include "caf/io/middleman.hpp"
@@ -161,6 +162,14 @@ caf::error node::listen() {
 }
 
 caf::expected<node_report> node::run(pipeline pipe, node_run_options opts) {
+  // A spool directory another user could write to is refused before
+  // anything runs: the node would otherwise go on without its spool (or,
+  // before, republish what was planted there as its own deltas).
+  if (!cfg_.spool_dir.empty())
+    if (auto err = context_spool::prepare_dir(cfg_.spool_dir)) {
+      log::error(cfg_.id, "refusing --dice.spool-dir: " + render(err));
+      return err;
+    }
   caf::scoped_actor self{*sys_};
   role_config rc;
   rc.node = cfg_.id;

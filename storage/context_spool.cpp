@@ -13,41 +13,45 @@ context_spool::context_spool(context_spool_options opts)
 // The segments' fds close (and unlock) with their members.
 context_spool::~context_spool() = default;
 
-caf::expected<std::unique_ptr<context_spool>>
-context_spool::open(context_spool_options opts) {
-  if (opts.dir.empty())
+caf::error context_spool::prepare_dir(const std::string& dir) {
+  if (dir.empty())
     return make_error(errc::invalid_config, "no spool directory given");
   std::error_code ec;
-  if (std::filesystem::create_directories(opts.dir, ec))
-    std::filesystem::permissions(opts.dir, std::filesystem::perms::owner_all,
-                                 ec);
-  if (ec || !std::filesystem::is_directory(opts.dir, ec))
+  if (std::filesystem::create_directories(dir, ec))
+    std::filesystem::permissions(dir, std::filesystem::perms::owner_all, ec);
+  if (ec || !std::filesystem::is_directory(dir, ec))
     return make_error(errc::storage_failed,
-                      "cannot use spool directory " + opts.dir
+                      "cannot use spool directory " + dir
                         + (ec ? ": " + ec.message() : ": not a directory"));
   // Where another user can create files (or owns the directory), a forged
   // spool file can be planted for this node to republish as its own.
   struct stat st {};
-  if (::lstat(opts.dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+  if (::lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
     return make_error(errc::storage_failed,
-                      "cannot use spool directory " + opts.dir
+                      "cannot use spool directory " + dir
                         + ": not a directory (a symbolic link is refused)");
   if (st.st_uid != ::geteuid())
-    return make_error(errc::unauthorized,
-                      "spool directory " + opts.dir + " is owned by uid "
-                        + std::to_string(st.st_uid)
-                        + ", not this process's user (uid "
-                        + std::to_string(::geteuid())
-                        + "): another user could plant files in it");
+    return make_error(
+      errc::unauthorized,
+      "spool directory " + dir + " is owned by uid " + std::to_string(st.st_uid)
+        + ", not this process's user (uid " + std::to_string(::geteuid())
+        + "): another user could plant files in it");
   if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
     char mode[8];
     std::snprintf(mode, sizeof(mode), "%04o", st.st_mode & 07777);
     return make_error(errc::unauthorized,
-                      "spool directory " + opts.dir + " has mode "
+                      "spool directory " + dir + " has mode "
                         + std::string{mode}
                         + ": group or others can create files in it "
                           "(dice makes its own 0700)");
   }
+  return caf::none;
+}
+
+caf::expected<std::unique_ptr<context_spool>>
+context_spool::open(context_spool_options opts) {
+  if (auto err = prepare_dir(opts.dir))
+    return err;
   std::unique_ptr<context_spool> result{new context_spool(std::move(opts))};
   if (auto err = result->scan())
     return err;

@@ -72,6 +72,12 @@ class context_spool {
   static caf::expected<std::unique_ptr<context_spool>>
   open(context_spool_options opts);
 
+  /// Creates `dir` (0700) if missing, else refuses it unless this user owns
+  /// it and neither group nor others can write it: where another user can
+  /// create files, a forged spool file can be planted for a node to
+  /// republish as its own. A node checks its spool directory at its start.
+  static caf::error prepare_dir(const std::string& dir);
+
   /// Closes (and unlocks) every file; removes nothing.
   ~context_spool();
 
