@@ -63,6 +63,8 @@ use_exchangers(node_setup& n, model_port_ptr model,
         mo.rejoin = n.distributed() && n.restarts() > 0;
         mo.max_nodes = std::max<std::uint32_t>(n.workers(), n.id() + 1);
         mo.address = group_address(n.config());
+        // Gloo's pairs prove membership with the cluster secret.
+        mo.secret = n.config().secret;
         mo.mode = mode;
         member = std::make_shared<learner_group_member>(mo);
         rank_zero = mo.rank == 0;

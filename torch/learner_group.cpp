@@ -225,6 +225,17 @@ caf::error learner_group::join() {
     if (one[0].item<float>() != static_cast<float>(c.size))
       return d.fail(
         make_error(errc::handshake_failed, d.where() + ": group incomplete"));
+    // Gloo's pairs take whoever connects first: before any gradient is
+    // reduced, every pair proves that its other end holds the secret.
+    if (!c.secret.empty()) {
+      if (auto err = detail::prove_pairs(*pg, c, d.where())) {
+        if (store)
+          store->close();
+        pg->break_connections(); // peers still waiting fail at once
+        detail::bury(std::move(pg), {});
+        return d.fail(std::move(err));
+      }
+    }
     if (store)
       store->close();
     std::lock_guard<std::mutex> guard{d.mtx};

@@ -105,6 +105,15 @@ class closable_store : public c10d::Store {
   c10::intrusive_ptr<c10d::TCPStore> inner_;
 };
 
+/// Every pair proves to each other that both know `cfg.secret`: the ranks
+/// all-gather fresh nonces, then each sends each peer, over their own pair,
+/// HMAC-SHA256(secret, "dice-lg pair" | generation | from | to | nonces);
+/// all ranks then all-gather their verdicts, so that all fail together with
+/// `errc::handshake_failed` naming who could not verify whom.
+caf::error prove_pairs(c10d::ProcessGroupGloo& pg,
+                       const learner_group_config& cfg,
+                       const std::string& where);
+
 /// c10d's view of a dice `rendezvous_store`.
 c10::intrusive_ptr<c10d::Store>
 adapt_store(std::shared_ptr<rendezvous_store> store,

@@ -15,6 +15,7 @@ void learner_group_member::state::give_up(const std::string& why) {
     return;
   log::error(node(), who() + ": " + why);
   ph = phase::gone;
+  stop_forming();
   if (group)
     group->abort();
   group.reset();
@@ -35,10 +36,18 @@ void learner_group_member::state::fail(const caf::error& err) {
   ph = phase::failed;
 }
 
+void learner_group_member::state::refuse(const char* what) {
+  ++malformed;
+  if (auto n = refusals.next(what))
+    log::warning(node(),
+                 std::string{"ignored a malformed learner group "} + what
+                   + log::sampled_note(n));
+}
+
 void learner_group_member::state::on_hello(const std::string& text) {
-  auto x = parse_learner_group_hello(text);
+  auto x = detail::parse_rendezvous_hello(text);
   if (!x) {
-    log::warning(node(), "ignored a malformed learner group hello");
+    refuse("rendezvous");
     return;
   }
   if (ph == phase::joining && x->joiner && *x->joiner == node()
@@ -102,81 +111,6 @@ caf::error learner_group_member::state::after_formed(context& ctx) {
   if (owner->sync_state)
     return owner->sync_state(g, root, ctx);
   return {};
-}
-
-// Rank 0 opens the store and tells the others; the others wait for that.
-step learner_group_member::state::form(context& ctx) {
-  if (svc->finished()) {
-    ph = phase::gone;
-    return proceed;
-  }
-  auto c = cfg;
-  if (c.rank != 0 && c.size > 1) {
-    auto i = hellos.find(c.generation);
-    if (i == hellos.end())
-      return wait_for{[this] {
-                        return hellos.count(cfg.generation) > 0;
-                      },
-                      opts.join_timeout,
-                      [this](context& ctx, wait_outcome out) -> step {
-                        if (out == wait_outcome::finished) {
-                          ph = phase::gone;
-                          return proceed;
-                        }
-                        if (out == wait_outcome::timed_out) {
-                          give_up("no rendezvous address from rank 0 within "
-                                  "the join timeout");
-                          return proceed;
-                        }
-                        return form(ctx);
-                      }};
-    if (i->second.size != static_cast<std::uint32_t>(c.size)) {
-      give_up("rank 0 forms a group of " + std::to_string(i->second.size)
-              + ", this learner expected " + std::to_string(c.size));
-      return proceed;
-    }
-    c.store_host = i->second.host;
-    c.store_port = i->second.port;
-  }
-  auto g = learner_group::create(c);
-  if (!g) {
-    give_up("cannot create the group: " + render(g.error()));
-    return proceed;
-  }
-  if (c.rank == 0 && c.size > 1) {
-    learner_group_hello h;
-    h.generation = c.generation;
-    h.size = static_cast<std::uint32_t>(c.size);
-    h.host = c.address;
-    h.port = g->store_port();
-    if (admitting) {
-      h.joiner = admitting->node;
-      h.joiner_nonce = admitting->nonce;
-    }
-    svc->emit(topic<std::string>{learner_group_topic}, to_wire(h));
-  }
-  // Blocks this role actor until every rank connected (join_timeout).
-  if (auto err = g->join()) {
-    give_up("cannot form the group: " + render(err));
-    return proceed;
-  }
-  group.emplace(std::move(*g));
-  ph = phase::formed;
-  // Every rank left the previous generation (all reached this one).
-  retired.reset();
-  admitting.reset();
-  if (auto err = after_formed(ctx)) {
-    ph = phase::formed;
-    fail(err);
-    return proceed;
-  }
-  std::string ids;
-  for (auto m : members)
-    ids += (ids.empty() ? "" : ", ") + std::to_string(m);
-  log::info(node(),
-            who() + " formed (" + to_string(cfg.mode) + " all-reduce; nodes "
-              + ids + ")");
-  return proceed;
 }
 
 // Survivors announce themselves, then form generation + 1 without the
@@ -265,7 +199,6 @@ learner_group_member::learner_group_member(learner_group_member_options opts)
   st_->cfg.rank = opts.rank;
   st_->cfg.size = std::max(opts.size, 1);
   st_->cfg.address = opts.address;
-  st_->cfg.store_host = opts.address;
   st_->cfg.join_timeout = opts.join_timeout;
   st_->cfg.timeout = opts.timeout;
   st_->cfg.mode = opts.mode;
@@ -401,6 +334,7 @@ bool learner_group_member::writes_last_checkpoint() const {
 }
 
 void learner_group_member::leave() {
+  st_->stop_forming();
   if (st_->group)
     st_->group->abort();
   st_->group.reset();

@@ -10,6 +10,13 @@
 namespace dice {
 
 void learner_group_member::state::on_alive(const std::string& text) {
+  // The forming generation's rendezvous (requests and answers).
+  if (job && job->store ? job->store->on_text(text)
+                        : detail::parse_store_request(text)
+          || detail::parse_store_reply(text)) {
+    flush_outbox(); // rank 0 answers at once
+    return;
+  }
   if (auto j = parse_learner_group_join(text)) {
     if (j->node == node() || admitted.count(j->nonce) > 0)
       return;
@@ -21,7 +28,7 @@ void learner_group_member::state::on_alive(const std::string& text) {
   }
   auto x = parse_learner_group_alive(text);
   if (!x) {
-    log::warning(node(), "ignored a malformed learner group alive");
+    refuse("alive");
     return;
   }
   alive[x->generation].insert(static_cast<int>(x->rank));
@@ -68,7 +75,6 @@ void learner_group_member::state::admit(std::uint32_t joiner) {
   group.reset();
   cfg.generation += 1;
   cfg.size = size;
-  cfg.store_port = 0;
   ph = phase::forming;
 }
 
@@ -111,7 +117,6 @@ step learner_group_member::state::ask_to_join(context&) {
       cfg.generation = welcome->generation;
       cfg.size = static_cast<int>(welcome->size);
       cfg.rank = cfg.size - 1;
-      cfg.store_port = 0;
       slot_owner.clear();
       for (int s = 0; s < cfg.size; ++s)
         slot_owner.push_back(s);

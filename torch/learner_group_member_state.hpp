@@ -4,15 +4,20 @@
 // learner_group_member.cpp (forming, failure, re-forming, the API) and
 // learner_group_member_join.cpp (a restarted learner's join, rank 0 lost).
 
+#include "dice/logging/sampler.hpp"
 #include "dice/messages/detail/learner_group_hello.hpp"
 #include "dice/messages/peer_event.hpp"
 #include "dice/torch/learner_group_member.hpp"
 
+#include "learner_group_router_store.hpp"
+
+#include <atomic>
 #include <chrono>
 #include <map>
 #include <optional>
 #include <set>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -20,6 +25,16 @@ namespace dice {
 
 struct learner_group_member::state {
   enum class phase { joining, forming, formed, failed, gone };
+
+  // A generation being formed: `join()` blocks on its own thread while the
+  // role actor carries the rendezvous (its store's requests and replies).
+  struct forming_job {
+    std::optional<learner_group> group;
+    std::shared_ptr<detail::router_store> store;
+    std::atomic<bool> done{false};
+    caf::error err; // written before `done`
+    std::thread thread;
+  };
 
   learner_group_member_options opts;
   learner_group_member* owner = nullptr;
@@ -31,8 +46,13 @@ struct learner_group_member::state {
   // slot (collector id mod the number of slots: the first size, then the
   // size after the last join) -> rank owning it now.
   std::vector<int> slot_owner;
-  // Rendezvous addresses heard, by generation.
-  std::map<std::uint64_t, learner_group_hello> hellos;
+  // Rank 0's rendezvous announcements heard, by generation.
+  std::map<std::uint64_t, detail::rendezvous_hello> hellos;
+  // The generation forming now (null when none).
+  std::shared_ptr<forming_job> job;
+  // Malformed texts on the group's topics: counted, logged sampled.
+  std::uint64_t malformed = 0;
+  log::sampler refusals;
   // Survivors heard, by failed generation.
   std::map<std::uint64_t, std::set<int>> alive;
   std::shared_ptr<context_partition> partition;
@@ -50,7 +70,7 @@ struct learner_group_member::state {
   // This incarnation's nonce (a restarted learner's join request).
   std::uint64_t nonce = 0;
   // A restarted learner: the hello that admits it, once heard.
-  std::optional<learner_group_hello> welcome;
+  std::optional<detail::rendezvous_hello> welcome;
   // When this learner started asking to join.
   std::chrono::steady_clock::time_point join_since;
   // Join requests heard (node -> nonce), and the nonces already admitted.
@@ -143,6 +163,22 @@ struct learner_group_member::state {
 
   // Rank 0 opens the store and tells the others; the others wait for that.
   step form(context& ctx);
+
+  // While `job` forms: publishes its store's requests and answers, and
+  // goes on once its join() returned.
+  step pump(context& ctx);
+
+  // `job` ended: the group is formed (or forming failed).
+  step finish_forming(context& ctx);
+
+  // Ends a forming in progress (its store closes, its thread is joined).
+  void stop_forming();
+
+  // Publishes what the forming store queued.
+  void flush_outbox();
+
+  // A malformed text on one of the group's topics: counted, logged sampled.
+  void refuse(const char* what);
 
   // Survivors announce themselves, then form generation + 1 without the
   // learners not heard from within the window.

@@ -91,6 +91,11 @@ struct learner_group_config {
   /// If set, the group forms through this store (shared by all ranks'
   /// configs) and no TCPStore is opened; `store_host`/`store_port` unused.
   std::shared_ptr<rendezvous_store> store;
+  /// The cluster secret: once connected, every pair of ranks proves with it
+  /// (HMAC-SHA256 over fresh nonces) that both ends are members, before
+  /// `join()` succeeds; a failed proof is `errc::handshake_failed` on every
+  /// rank. Empty: no proof (a cluster without a secret is loopback-only).
+  std::string secret;
 };
 
 /// One learner's membership in a data-parallel group. Use it from one
@@ -118,8 +123,9 @@ class learner_group {
   learner_group& operator=(learner_group&&) noexcept;
   ~learner_group();
 
-  /// Blocks until all ranks are connected (or `join_timeout`), then closes
-  /// the rendezvous store: it listens only while the group forms.
+  /// Blocks until all ranks are connected (or `join_timeout`) and, with a
+  /// `secret`, every pair proved membership; then closes the rendezvous
+  /// store: it listens only while the group forms.
   caf::error join();
 
   /// The port rank 0's store listens on (0 on other ranks, or once closed).

@@ -1,12 +1,14 @@
 #pragma once
 
 // One learner node's membership in a data-parallel group (issue 12): forms
-// the group through dice's router (rank 0 publishes its rendezvous address on
-// `learner_group_topic`), keeps the group's env_step / env_episode exact,
-// partitions the collectors' context between the learners, and re-forms
-// the group without a learner that died. The application supplies the
-// model-specific parts (`sync_state`, `progress`) and calls `sync` once per
-// iteration and the group's collectives between backward and step.
+// the group through dice's router (rank 0 announces each generation on
+// `learner_group_topic` and holds its rendezvous store, which the others
+// reach with text requests over the router: no store port listens), keeps the
+// group's env_step / env_episode exact, partitions the collectors' context
+// between the learners, and re-forms the group without a learner that died. The
+// application supplies the model-specific parts (`sync_state`, `progress`) and
+// calls `sync` once per iteration and the group's collectives between backward
+// and step.
 
 #include "dice/exchangers/context_exchanger.hpp"
 #include "dice/pipeline/context.hpp"
@@ -32,9 +34,12 @@ struct learner_group_member_options {
   int rank = 0;
   /// Learners in the group.
   int size = 1;
-  /// This learner's cluster address: Gloo binds to it, and rank 0's store
-  /// is reached there (loopback for a loopback cluster).
+  /// This learner's cluster address: Gloo binds its pairs to it (loopback
+  /// for a loopback cluster).
   std::string address = "127.0.0.1";
+  /// The cluster secret (node_config::secret): every pair of the group
+  /// proves membership with it once connected; empty: no proof.
+  std::string secret;
   /// Deadline for forming (all ranks connected).
   std::chrono::milliseconds join_timeout{30000};
   /// Deadline of each collective: the per-iteration sync waits here for the

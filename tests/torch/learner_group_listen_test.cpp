@@ -1,0 +1,136 @@
+// What a learner group inside dice exposes while it forms (issue 24): two
+// learners under dice-launch form over the router, so nothing listens but
+// each node's own port and Gloo's pair listeners on the cluster address
+// (loopback here) -- no store port, no wildcard listener -- and, as
+// dice-launch gives the cluster a secret, every pair proves membership.
+
+#include "dice/torch/learner_group.hpp" // built only with LibTorch (the demo)
+
+#include "learner_group_sockets.hpp"
+#include "support/child_process.hpp"
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+
+namespace {
+
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+using dice::test::child_process;
+using dice::test::listener;
+using dice::test::listeners_of;
+
+const std::string bin_dir = std::string{DICE_BINARY_DIR} + "/bin/";
+
+std::string read_all(const fs::path& p) {
+  std::ifstream f{p};
+  return {std::istreambuf_iterator<char>{f}, {}};
+}
+
+// The pid of dice-launch's node `id` (-1 while it has none).
+pid_t node_pid(pid_t launcher, int id) {
+  auto want = "--dice.node-id=" + std::to_string(id) + " ";
+  std::error_code ec;
+  for (auto& e : fs::directory_iterator{"/proc", ec}) {
+    auto name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos)
+      continue;
+    auto text = read_all(e.path() / "stat");
+    auto close = text.rfind(')');
+    if (close == std::string::npos)
+      continue;
+    std::istringstream rest{text.substr(close + 2)};
+    std::string state;
+    pid_t ppid = 0;
+    rest >> state >> ppid;
+    if (ppid != launcher)
+      continue;
+    auto cmd = read_all(e.path() / "cmdline");
+    for (auto& c : cmd)
+      if (c == '\0')
+        c = ' ';
+    if (cmd.find(want) != std::string::npos)
+      return static_cast<pid_t>(std::stol(name));
+  }
+  return -1;
+}
+
+struct scratch {
+  fs::path dir;
+  explicit scratch(const std::string& name)
+    : dir(fs::temp_directory_path()
+          / (name + "_" + std::to_string(::getpid()))) {
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+  }
+  ~scratch() {
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+  }
+};
+
+TEST(LearnerGroupListen, DiceLaunchGroupOpensNoStorePortAndNoWildcard) {
+  scratch out{"dice_lg_listen"};
+  child_process launch{
+    {bin_dir + "dice-launch", "--workers", "5", "--learners", "2", "--",
+     bin_dir + "dqn_cartpole", "--seed=1", "--envs-per-collector=2",
+     "--max-env-steps=2000", "--max-seconds=60", "--learning-starts=200",
+     "--stop-value=100000", "--no-plot", "--out=" + out.dir.string()}};
+  // Watch both learners' listening sockets from their start until both
+  // formed: a store port, if any, listens exactly then.
+  std::map<int, pid_t> pids;
+  std::map<int, std::set<listener>> seen;
+  const std::regex formed0{R"(\[node 0\].*formed)"};
+  const std::regex formed1{R"(\[node 1\].*formed)"};
+  auto deadline = std::chrono::steady_clock::now() + 90s;
+  bool formed = false;
+  while (!formed && std::chrono::steady_clock::now() < deadline) {
+    for (int id : {0, 1}) {
+      if (pids.count(id) == 0)
+        if (auto pid = node_pid(launch.pid(), id); pid > 0)
+          pids[id] = pid;
+      if (pids.count(id) > 0)
+        for (auto& x : listeners_of(std::to_string(pids[id])))
+          seen[id].insert(x);
+    }
+    auto text = launch.text();
+    formed = std::regex_search(text, formed0)
+      && std::regex_search(text, formed1);
+  }
+  ASSERT_TRUE(formed) << launch.text();
+  // After forming, each node listens on its own port alone.
+  std::map<int, std::set<std::uint16_t>> own;
+  for (int id : {0, 1})
+    for (auto& x : listeners_of(std::to_string(pids[id])))
+      own[id].insert(x.port);
+  for (int id : {0, 1}) {
+    ASSERT_FALSE(seen[id].empty()) << "node " << id;
+    EXPECT_EQ(own[id].size(), 1u) << "node " << id;
+    for (auto& x : seen[id]) {
+      bool node_port = own[id].count(x.port) > 0;
+      std::cout << "node " << id << " listened on " << x.text()
+                << (node_port ? " (its own port)" : " (Gloo pair)")
+                << std::endl;
+      EXPECT_FALSE(x.wildcard()) << "node " << id << ": " << x.text();
+      // The cluster address is loopback under dice-launch.
+      EXPECT_EQ(x.address, "127.0.0.1") << "node " << id << ": " << x.text();
+    }
+  }
+  // dice-launch gives its cluster a secret: the pairs proved membership.
+  EXPECT_TRUE(std::regex_search(launch.text(),
+                                std::regex{"formed .*pairs proved membership"}))
+    << launch.text();
+  auto rc = launch.wait_exit(120s);
+  ASSERT_TRUE(rc) << "the run did not end\n" << launch.text();
+  EXPECT_EQ(*rc, 0) << launch.text();
+}
+
+} // namespace
