@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <netdb.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -32,6 +33,11 @@ void note_refusal(std::uint32_t node, trust_event ev, const std::string& what) {
     log::warning(node, what);
 }
 
+// At most this many accepts between two polls of the pending connections,
+// so that a burst of strangers cannot evict a dialer whose hello is already
+// in its socket before the listener read it.
+constexpr int accept_batch = 16;
+
 } // namespace
 
 /// A connection in the preamble.
@@ -41,6 +47,10 @@ struct listener::pending_conn {
   clock_type::time_point deadline;
   preamble_acceptor hs;
   std::string out;
+  /// Preamble bytes read so far.
+  std::size_t received = 0;
+  /// When its whole hello (D1) had arrived (epoch: not yet).
+  clock_type::time_point hello_at{};
 };
 
 namespace {
@@ -135,6 +145,9 @@ bool listener::advance(pending_conn& c) {
     if (n < 0)
       return true;
     c.hs.feed(buf, static_cast<std::size_t>(n));
+    c.received += static_cast<std::size_t>(n);
+    if (c.received == dialer_hello_size)
+      c.hello_at = clock_type::now();
     c.out += c.hs.take_output();
     if (!c.out.empty() && !send_some(c.fd.get(), c.out))
       return false;
@@ -159,7 +172,32 @@ bool listener::advance(pending_conn& c) {
   return true;
 }
 
+std::size_t listener::victim(const std::deque<pending_conn>& conns) {
+  // A genuine dialer sends its whole 40-byte hello in one segment as soon
+  // as it is connected, and its proof one round trip after our hello: a
+  // connection without a whole hello is worth least (silent, or trickling
+  // it as a slowloris does), and of those the oldest has had the longest
+  // time to send it. Only if every one sent its hello does the one that
+  // has owed its proof the longest go. Once its hello is read, a dialer
+  // is thus evicted only by strangers that send whole hellos faster than
+  // it answers one round trip, no longer by any that merely connect.
+  std::size_t best = 0;
+  auto best_hello = clock_type::time_point::max();
+  for (std::size_t i = 0; i < conns.size(); ++i) {
+    auto& c = conns[i];
+    if (c.hello_at == clock_type::time_point{})
+      return i; // conns are oldest first
+    if (c.hello_at < best_hello) {
+      best = i;
+      best_hello = c.hello_at;
+    }
+  }
+  return best;
+}
+
 void listener::run() {
+  // Named for top -H and for the fairness test's CPU figure.
+  ::pthread_setname_np(::pthread_self(), "dice-listener");
   std::deque<pending_conn> conns; // oldest first
   // Erasing a connection closes its socket (unless it was handed over).
   auto close_conn = [&](std::size_t i) {
@@ -227,7 +265,7 @@ void listener::run() {
       close_conn(*i);
     if (fds[1].revents == 0)
       continue;
-    for (;;) {
+    for (int batch = 0; batch < accept_batch; ++batch) {
       auto x = accept_nonblocking(fd_.get());
       if (!x) {
         if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS
@@ -241,11 +279,32 @@ void listener::run() {
         break;
       }
       if (cfg_.max_pending > 0 && conns.size() >= cfg_.max_pending) {
+        auto i = victim(conns);
+        // What the victim sent since the last poll is still unread: a
+        // dialer whose hello or proof just arrived would be cut for bytes
+        // it sent in time. Read it first (a few times, the cost bounded);
+        // one that moved on is spared, one that finished frees its slot.
+        for (int look = 0; look < 4; ++look) {
+          auto had = conns[i].received;
+          if (!advance(conns[i]))
+            close_conn(i);
+          else if (conns[i].received == had)
+            break;
+          if (conns.size() < cfg_.max_pending)
+            break;
+          i = victim(conns);
+        }
+      }
+      if (cfg_.max_pending > 0 && conns.size() >= cfg_.max_pending) {
+        auto i = victim(conns);
         note_refusal(cfg_.node, trust_event::pending_evicted,
                      "too many connections in the preamble ("
-                       + std::to_string(conns.size())
-                       + "): closed the oldest, from " + conns.front().peer);
-        close_conn(0);
+                       + std::to_string(conns.size()) + "): closed "
+                       + (conns[i].hello_at == clock_type::time_point{}
+                            ? "the oldest without a hello"
+                            : "the one owing its proof the longest")
+                       + ", from " + conns[i].peer);
+        close_conn(i);
       }
       conns.push_back(pending_conn{
         std::move(x->fd),

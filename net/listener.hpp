@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -30,7 +31,9 @@ struct listener_config {
   /// A connection that has not finished the preamble by then is closed.
   caf::timespan handshake_timeout = std::chrono::seconds{2};
   /// Most connections in the preamble at once; a new one past this closes
-  /// the oldest (see docs/trust.md for why the oldest, not the newest).
+  /// the oldest that has not sent its whole hello, or if all have, the one
+  /// owing its proof the longest (see docs/trust.md for why the oldest, not
+  /// the newest; listener::victim for why the hello).
   std::size_t max_pending = 64;
   /// An inherited listening socket to adopt instead of binding host:port
   /// (-1: bind). dice-launch binds every node's port before it starts any
@@ -100,6 +103,9 @@ class listener {
   // hands it over once done; false: it is finished here (closed or handed
   // over).
   bool advance(pending_conn& c);
+
+  // The connection to close at the cap (`conns` oldest first, not empty).
+  static std::size_t victim(const std::deque<pending_conn>& conns);
 
   listener_config cfg_;
   handover_fn fn_;
