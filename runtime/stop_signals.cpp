@@ -84,12 +84,9 @@ void install_once() {
           continue;
         return;
       }
-      auto sig = static_cast<unsigned char>(c);
-      log::info(0,
-                std::string{"received SIG"} + ::sigabbrev_np(sig)
-                  + ": stopping the run (a second signal ends the process "
-                    "at once)");
-      the_registry().fire(sig);
+      // Each run logs it under its own node id (finish_on_stop_signal);
+      // this thread does not know which nodes the process runs.
+      the_registry().fire(static_cast<unsigned char>(c));
     }}.detach();
     struct sigaction sa {};
     sa.sa_handler = on_signal;
@@ -125,6 +122,10 @@ std::shared_ptr<void> on_stop_signal(std::function<void(int)> fn) {
 std::shared_ptr<void> finish_on_stop_signal(const caf::actor& to,
                                             std::uint32_t node) {
   return on_stop_signal([to, node](int sig) {
+    log::info(node,
+              std::string{"received SIG"} + ::sigabbrev_np(sig)
+                + ": stopping the run (a second signal ends the "
+                  "process at once)");
     caf::anon_send(
       to, finish{node, std::string{"SIG"} + ::sigabbrev_np(sig), false});
   });
