@@ -116,7 +116,7 @@ struct node_config {
   /// is closed (net/preamble.hpp).
   caf::timespan handshake_timeout = std::chrono::seconds{2};
   /// Most accepted connections in the preamble at once; a new one past it
-  /// closes the oldest.
+  /// closes the oldest without a whole hello (net/listener.hpp).
   std::size_t max_pending = 64;
   /// Largest BASP payload a peer may announce; a larger announce closes its
   /// connection before CAF allocates it (net/basp_guard.hpp).
