@@ -31,6 +31,27 @@ struct loader_state {
   bool sweeping = false;
   /// Messages dropped because of their sender, logged once per source.
   drop_log drops;
+  /// Items stored (a segment or file each) for publishing.
+  std::uint64_t stored = 0;
+  /// Items published inline (below `opts.inline_below`).
+  std::uint64_t inlined = 0;
+  /// What the loader keeps ("Context", "Model"), for its log line.
+  const char* what = "Item";
+
+  loader_state() = default;
+  loader_state(const loader_state&) = delete;
+  loader_state& operator=(const loader_state&) = delete;
+
+  /// Logs what the loader published, so a run's count of segments or files
+  /// is in its log.
+  ~loader_state() {
+    if (stored + inlined > 0)
+      log::info(opts.node,
+                std::string{what} + " loader: published "
+                  + std::to_string(stored)
+                  + " stored items (a segment or file each) and "
+                  + std::to_string(inlined) + " inline");
+  }
 };
 
 /// What a kind of loader does with its own item type T.
@@ -40,7 +61,17 @@ struct loader_kind {
   const char* missing;
   /// Reads a T from where `ref` (already confined) points.
   caf::expected<T> (*load)(const storage_ref& ref);
+  /// The size `opts.inline_below` is compared with (null: always stored).
+  std::size_t (*inline_size)(const T& x) = nullptr;
 };
+
+/// True if a loader with `opts` publishes `x` inline instead of storing it.
+template <class T>
+bool travels_inline(const loader_kind<T>& kind, const loader_options& opts,
+                    const T& x) {
+  return kind.inline_size != nullptr && opts.inline_below > 0
+    && kind.inline_size(x) < opts.inline_below;
+}
 
 /// Loads a T that `ref` (from the wire) names, if a loader with `opts` may
 /// open it (see dice::confine).
@@ -123,6 +154,7 @@ bool from_origin(Self self, const storage_ref& ref, const T& x) {
 template <class T, class Self>
 auto loader_behavior(Self self, loader_options opts, loader_kind<T> kind) {
   self->state.opts = opts;
+  self->state.what = kind.missing;
   self->state.keeper = std::make_unique<storage_keeper>(opts);
   // The keeper's destructor (with the state) removes what is left.
   return typename std::remove_pointer_t<Self>::behavior_type{
@@ -148,12 +180,23 @@ auto loader_behavior(Self self, loader_options opts, loader_kind<T> kind) {
         const std::vector<std::string>& topics) {
       if (!admit(self, "a save"))
         return;
+      auto& st = self->state;
+      auto b = caf::actor_cast<router_actor>(router);
+      // A small item goes as itself, still through this mailbox: it keeps
+      // its place among stored ones and precedes the flush before finish.
+      if (travels_inline(kind, st.opts, x)) {
+        ++st.inlined;
+        for (auto& topic : topics)
+          self->send(b, publish_atom::value, topic, st.opts.node,
+                     caf::make_message(topic, x));
+        return;
+      }
       auto ref = save_item<T>(self, x);
       if (!ref)
         return;
-      auto b = caf::actor_cast<router_actor>(router);
+      ++st.stored;
       for (auto& topic : topics)
-        self->send(b, publish_atom::value, topic, self->state.opts.node,
+        self->send(b, publish_atom::value, topic, st.opts.node,
                    caf::make_message(topic, *ref));
     },
     [=](load_atom, const storage_ref& ref, const caf::actor& to,

@@ -17,7 +17,7 @@ storage_loader_actor::behavior_type storage_loader_behavior(
   loader_options opts) {
   return detail::loader_behavior(
     self, std::move(opts),
-    detail::loader_kind<context_delta>{"Context", load_context});
+    detail::loader_kind<context_delta>{"Context", load_context, payload_bytes});
 }
 
 } // namespace

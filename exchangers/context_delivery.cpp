@@ -216,7 +216,16 @@ void context_delivery::on_resend_timer() {
 // dead connection: resent now instead of waiting out the timer (a learner
 // drops what it already has).
 void context_delivery::on_peer(const peer_event& ev) {
-  if (!ev.up || !ev.roles.has(role::learner) || nothing_unacked())
+  if (!ev.roles.has(role::learner))
+    return;
+  if (ev.up) {
+    ++learners_[ev.node];
+    knew_learner_ = true;
+  } else if (auto i = learners_.find(ev.node);
+             i != learners_.end() && --i->second <= 0) {
+    learners_.erase(i);
+  }
+  if (!ev.up || nothing_unacked())
     return;
   auto n = unacked_.size();
   for (auto& kvp : recovered_)
@@ -234,6 +243,23 @@ void context_delivery::on_peer(const peer_event& ev) {
       resend_recovered(kvp.second, x, now);
       ++stats_->deltas_resent_on_connect;
     }
+}
+
+// close_spool (called after this) keeps them for the next incarnation only
+// if the node is failing; a run that ends removes the spool, and without
+// one they are gone with the process: said here, with the reason.
+void context_delivery::report_abandoned() {
+  auto n = unacked_.size();
+  for (auto& kvp : recovered_)
+    n += kvp.second.size();
+  if (n == 0)
+    return;
+  stats_->deltas_abandoned += n;
+  auto fate = spool_ && svc_->failing() ? "kept in the spool" : "lost";
+  log::warning(svc_->node_id(),
+               "every learner is gone: stopping without waiting for the "
+               "acknowledgement of "
+                 + std::to_string(n) + " deltas (" + fate + ")");
 }
 
 // -- sender: acks -------------------------------------------------------------

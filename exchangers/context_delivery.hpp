@@ -131,8 +131,19 @@ class context_delivery {
   /// An ack on this collector's ack topic.
   void on_ack(const context_ack& ack);
 
-  /// A learner (re)connected: resends everything unacknowledged now.
+  /// A learner (re)connected: resends everything unacknowledged now. Also
+  /// keeps track of which learners are connected (learners_gone).
   void on_peer(const peer_event& ev);
+
+  /// Every learner this collector was connected to is lost, so no ack can
+  /// come any more: a stopping collector need not wait out its drain for one.
+  bool learners_gone() const {
+    return knew_learner_ && learners_.empty();
+  }
+
+  /// The collector quits with deltas unacknowledged because every learner is
+  /// gone: counts them (deltas_abandoned) and logs what becomes of them.
+  void report_abandoned();
 
   /// Republishes what earlier incarnations left in the spool (once).
   void republish_recovered();
@@ -197,6 +208,11 @@ class context_delivery {
   // The last seq fast_resend sent again (once per delta).
   std::uint64_t fast_resent_ = 0;
   bool acked_any_ = false;
+  // Connections to learners up now by node (peer events; counted, so that a
+  // reconnect whose up precedes the old connection's down keeps the node),
+  // and whether any learner ever was connected.
+  std::map<std::uint32_t, int> learners_;
+  bool knew_learner_ = false;
 };
 
 /// Raises `peak` to `x` if `x` is larger (counters shared across threads).

@@ -215,9 +215,13 @@ middleware context_exchanger(context_exchanger_options opts) {
       // Exactly-once to the end: the node stays (bounded by its drain
       // timeout, resending meanwhile) until a learner acknowledged its last
       // deltas; with a storage loader, the files stay that long too. With
-      // no learner ever heard from (none in the cluster), nobody will ack.
+      // no learner ever heard from (none in the cluster), nobody will ack;
+      // nor once every learner it was connected to is lost (a learner that
+      // stopped first: waiting out the drain raced dice-launch's own stop
+      // timeout, and lost the same deltas, only 10 s later).
       svc.quit_when([st] {
-        return st->delivery.nothing_unacked() || !st->delivery.acked_any();
+        auto& d = st->delivery;
+        return d.nothing_unacked() || !d.acked_any() || d.learners_gone();
       });
     }
   };
@@ -236,6 +240,8 @@ middleware context_exchanger(context_exchanger_options opts) {
     // count follows in its own stop hook).
     if (st->active && st->has(role::learner))
       st->delivery.ack_merged();
+    if (st->delivery.tracking() && st->delivery.learners_gone())
+      st->delivery.report_abandoned();
     st->delivery.close_spool();
     if (st->active) {
       auto& x = *st->stats;

@@ -17,6 +17,7 @@
 #include <condition_variable>
 #include <csignal>
 #include <filesystem>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <regex>
@@ -218,10 +219,11 @@ std::size_t segments_of(const std::vector<std::string>& pids) {
 
 TEST(StopSignal, SigtermLeavesNoSharedMemorySegmentBehind) {
   // Context through the shared-memory storage: every delta is a segment
-  // until the learner has read it.
+  // until the learner has read it (--inline-below=0: the probe's deltas are
+  // small and would travel inline otherwise).
   child_process run{{bin_dir + "dice-launch", "--workers", "4", "--",
                      bin_dir + "dice_exchange_probe", "--steps=0",
-                     "--storage=shm", "--trace"}};
+                     "--storage=shm", "--inline-below=0", "--trace"}};
   std::vector<std::string> pids;
   std::smatch m;
   while (
@@ -236,6 +238,57 @@ TEST(StopSignal, SigtermLeavesNoSharedMemorySegmentBehind) {
   // Before the graceful stop the nodes died by the signal and left
   // thousands of segments (5,082 in the issue's hello_exchange run).
   EXPECT_EQ(segments_of(pids), 0u);
+}
+
+// Issue 24, item 5: a stopping collector waited out its 10 s drain for the
+// ack of its last delta from a learner that had already exited, racing
+// dice-launch's own 10 s stop timeout (exit 137 instead of a graceful stop).
+// Here the learner is killed first; the collectors' last iteration (run on
+// the stop) sends a delta nobody can ack. They must stop at once, saying
+// what they gave up, not at their drain timeout.
+TEST(StopSignal, CollectorsWhoseLearnerIsGoneStopWithoutWaitingOutTheirDrain) {
+  child_process run{{bin_dir + "dice-launch", "--workers", "4", "--",
+                     bin_dir + "dice_exchange_probe", "--steps=0", "--trace"}};
+  std::map<std::string, std::string> pids; // node id -> pid
+  std::smatch m;
+  while (
+    pids.size() < 4
+    && run.wait_for(std::regex{"node ([0-9]) started, pid ([0-9]+)"}, 30s, &m))
+    pids[m[1].str()] = m[2].str();
+  ASSERT_EQ(pids.size(), 4u) << run.text();
+  ASSERT_TRUE(run.wait_for(std::regex{"train iteration [5-9] "}, 60s))
+    << run.text();
+  // Node 0 is the learner; without --max-restarts nobody restarts it.
+  ASSERT_EQ(::kill(std::stoi(pids["0"]), SIGKILL), 0);
+  // The other three nodes' routers noticed the loss before the stop.
+  for (int i = 0; i < 3; ++i)
+    ASSERT_TRUE(
+      run.wait_for(std::regex{"\\[node [1-3]\\].*lost peer .*node 0"}, 30s))
+      << run.text();
+  auto t0 = std::chrono::steady_clock::now();
+  run.kill(SIGTERM);
+  auto rc = run.wait_exit(60s);
+  auto took = std::chrono::steady_clock::now() - t0;
+  ASSERT_TRUE(rc) << run.text();
+  EXPECT_NE(*rc, 0) << "node 0 died by SIGKILL";
+  auto text = run.text();
+  std::cerr << "SIGTERM to exit with the learner gone: "
+            << std::chrono::duration<double>(took).count() << " s\n";
+  EXPECT_NE(text.find("node 0 exited with code 137"), std::string::npos);
+  for (const char* node : {"1", "2", "3"})
+    EXPECT_NE(text.find(std::string{"node "} + node + " exited with code 0"),
+              std::string::npos)
+      << text;
+  std::regex gone{"every learner is gone: stopping without waiting for the "
+                  "acknowledgement of [1-9][0-9]* deltas"};
+  EXPECT_EQ(std::distance(std::sregex_iterator(text.begin(), text.end(), gone),
+                          std::sregex_iterator()),
+            2)
+    << text;
+  EXPECT_EQ(text.find("at the drain timeout"), std::string::npos) << text;
+  EXPECT_EQ(text.find("killing it"), std::string::npos) << text;
+  // The drain alone was 10 s; a quiet machine stops in about 1 s.
+  EXPECT_LT(took, 8s) << text;
 }
 
 } // namespace

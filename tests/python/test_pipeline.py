@@ -119,7 +119,9 @@ class PipelineTest(unittest.TestCase):
                     elif task.has_role(task.role.COLLECTOR):
                         def collect(ctx):
                             got["weights"].append(float(model.bias[0]))
-                            ctx.trajectories = [{"x": np.ones(3)}]
+                            # 80 kB: above the loader's inline_below (64
+                            # KiB), so context still goes through files.
+                            ctx.trajectories = [{"x": np.ones(10000)}]
                         task.use(collect)
 
             self.assertEqual(run(main, 2), 0)

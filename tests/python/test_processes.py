@@ -135,19 +135,23 @@ class ProcessTest(unittest.TestCase):
         self.assertLess(took, 3.0)  # 1 s on a quiet machine; CI is loaded
 
     def test_sigterm_to_dice_launch_stops_python_nodes_gracefully(self):
-        # A collector whose last ack the stopping learner did not get waits
-        # out its drain timeout (10 s), as long as dice-launch's default
-        # stop timeout: the launcher gets 30 s so that race does not decide
-        # the exit code (seen once in CI; open in issue 24's note).
-        launch = Process([PYTHON, "-m", "dice.launch", "--workers", "3",
-                          "--stop-timeout", "30", "--"]
+        # dice-launch's default stop timeout (10 s). A collector whose last
+        # delta reached a learner that had already exited once waited out
+        # its drain (also 10 s) for the ack and raced that timeout (exit
+        # 137); it now stops once every learner it knew is gone (issue 24;
+        # StopSignal.CollectorsWhoseLearnerIsGoneStopWithoutWaitingOutTheir-
+        # Drain forces that order).
+        launch = Process([PYTHON, "-m", "dice.launch", "--workers", "3", "--"]
                          + NODE_PY + ["--iterations=0"])
         self.nodes = [launch]
         self.assertIsNotNone(launch.wait_for("learner got", START),
                              launch.text())
+        t0 = time.monotonic()
         launch.signal(signal.SIGTERM)
         self.assertEqual(launch.wait(45), 0, launch.text())
+        print(f"SIGTERM to exit: {time.monotonic() - t0:.3f} s")
         self.assertEqual(len(launch.reports()), 3, launch.text())
+        self.assertNotIn("killing it", launch.text())
 
     def test_a_python_node_that_raised_is_restarted_under_max_restarts(self):
         # --dice.max-restarts restarts the node's role actor (main() builds

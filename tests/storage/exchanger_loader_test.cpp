@@ -83,13 +83,18 @@ class ExchangerLoaders : public dice::test::deterministic {
     return opts;
   }
 
-  // Items node `node` stored ("dice.<node>.*").
-  std::size_t files(std::uint32_t node) {
-    if (!fs::exists(dir))
+  // Items node `node` stored ("dice.<node>.*"); in /dev/shm, those of this
+  // process ("dice.<node>.<pid>.*": other tests run beside this one).
+  std::size_t files(std::uint32_t node,
+                    storage_kind kind = storage_kind::file) {
+    auto where = kind == storage_kind::shm ? fs::path{"/dev/shm"} : dir;
+    if (!fs::exists(where))
       return 0;
     auto prefix = "dice." + std::to_string(node) + ".";
+    if (kind == storage_kind::shm)
+      prefix += std::to_string(::getpid()) + ".";
     std::size_t n = 0;
-    for (auto& entry : fs::directory_iterator{dir})
+    for (auto& entry : fs::directory_iterator{where})
       if (entry.path().filename().string().rfind(prefix, 0) == 0)
         ++n;
     return n;
@@ -102,8 +107,11 @@ class ExchangerLoaders : public dice::test::deterministic {
     return h;
   }
 
-  storage_loader_actor storage_loader(std::uint32_t node) {
-    auto h = spawn_storage_loader(sys, options(node));
+  storage_loader_actor storage_loader(std::uint32_t node,
+                                      storage_kind kind = storage_kind::file) {
+    auto opts = options(node);
+    opts.kind = kind;
+    auto h = spawn_storage_loader(sys, opts);
     spawned.push_back(caf::actor_cast<caf::actor>(h));
     return h;
   }
@@ -220,22 +228,31 @@ TEST_F(ExchangerLoaders, PeriodicalExchangerWithALoaderKeepsIds) {
   EXPECT_EQ(receiver_model->current.data, sender_model->current.data);
 }
 
+// A collector that puts `items` integers (4 bytes each and more once
+// encoded) and 10 env steps into each iteration's context.
+middleware collect_ints(std::uint32_t node, int items) {
+  middleware m;
+  m.name = "collect";
+  m.before = [node, items](context& ctx) -> step {
+    ctx.env_step += 10;
+    ctx.trajectories = {pack(std::vector<int>(items, 1), node)};
+    ctx.trajectory_end_idx = {items - 1};
+    return proceed;
+  };
+  return m;
+}
+
+// Above loader_options::inline_below (64 KiB): 80,000 bytes of payload.
+constexpr int large = 20'000;
+
 TEST_F(ExchangerLoaders, ContextTravelsAsReferencesAndIsSummed) {
   auto router = spawn_router();
   context_exchanger_options co;
   co.storage_loader = storage_loader(2);
   context_exchanger_options lo;
   lo.storage_loader = storage_loader(0);
-  middleware collect;
-  collect.name = "collect";
-  collect.before = [](context& ctx) -> step {
-    ctx.env_step += 10;
-    ctx.trajectories = {pack(std::vector<int>{1, 2, 3}, 2)};
-    ctx.trajectory_end_idx = {2};
-    return proceed;
-  };
   pipeline cp;
-  cp.use(gate()).use(context_exchanger(co)).use(std::move(collect));
+  cp.use(gate()).use(context_exchanger(co)).use(collect_ints(2, large));
   pipeline lp;
   lp.use(context_exchanger(lo));
   auto l = spawn_role(router, 0, {role::learner}, std::move(lp));
@@ -245,8 +262,48 @@ TEST_F(ExchangerLoaders, ContextTravelsAsReferencesAndIsSummed) {
   auto& ctx = state_of(l).ctx;
   EXPECT_EQ(ctx.env_step, 10);
   // (renew() already cleared the merged trajectories for the next round.)
-  EXPECT_EQ(state_of(l).rep.trajectories_received, 3);
+  EXPECT_EQ(state_of(l).rep.trajectories_received, large);
   EXPECT_EQ(state_of(l).rep.deltas_received, 1);
+}
+
+// Issue 24: a delta below loader_options::inline_below travels as itself
+// (one shm segment per 760-byte delta made 984 segments in one run); a
+// larger one is still stored. Both are acknowledged alike.
+TEST_F(ExchangerLoaders, SmallDeltasTravelInlineAndLargeOnesAreStored) {
+  for (auto kind : {storage_kind::file, storage_kind::shm}) {
+    SCOPED_TRACE(kind == storage_kind::shm ? "shm" : "file");
+    auto router = spawn_router();
+    context_exchanger_options lo;
+    lo.storage_loader = storage_loader(0, kind);
+    pipeline lp;
+    lp.use(context_exchanger(lo));
+    auto l = spawn_role(router, 0, {role::learner}, std::move(lp));
+    std::vector<std::shared_ptr<context_exchange_stats>> stats;
+    std::vector<role_actor> cs;
+    for (auto [node, items] : {std::pair{2u, 3}, std::pair{3u, large}}) {
+      context_exchanger_options co;
+      co.storage_loader = storage_loader(node, kind);
+      co.stats = stats.emplace_back(std::make_shared<context_exchange_stats>());
+      pipeline cp;
+      cp.use(gate()).use(context_exchanger(co)).use(collect_ints(node, items));
+      cs.push_back(spawn_role(router, node, {role::collector}, std::move(cp)));
+    }
+    start({l, cs[0], cs[1]});
+    EXPECT_EQ(files(2, kind), 0u) << "a small delta made a segment or file";
+    EXPECT_EQ(files(3, kind), 1u) << "a large delta must still be stored";
+    EXPECT_EQ(state_of(l).ctx.env_step, 20);
+    EXPECT_EQ(state_of(l).rep.deltas_received, 2);
+    EXPECT_EQ(state_of(l).rep.trajectories_received, 3 + large);
+    for (auto& x : stats) {
+      EXPECT_EQ(x->deltas_sent, 1u);
+      EXPECT_EQ(x->acks_received, 1u) << "each delta is acknowledged";
+    }
+    for (auto& h : spawned)
+      caf::anon_send_exit(h, caf::exit_reason::user_shutdown);
+    spawned.clear();
+    run();
+    EXPECT_EQ(files(3, kind), 0u) << "a stopped loader removes what it kept";
+  }
 }
 
 } // namespace

@@ -39,6 +39,9 @@ loader_options loader_opts(const fs::path& dir, std::uint32_t node,
   opts.dirname = dir.string();
   opts.node = node;
   opts.detached = detached;
+  // Every delta is stored (these deltas are small and would travel inline):
+  // the loader's path is the stored one.
+  opts.inline_below = 0;
   return opts;
 }
 

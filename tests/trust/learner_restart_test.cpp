@@ -43,6 +43,7 @@ class LearnerRestart : public dice::test::deterministic,
       lo.dirname = dir.string();
       lo.node = node;
       lo.detached = false;
+      lo.inline_below = 0; // stored, not inline: the loader's path
       auto h = spawn_storage_loader(sys, lo);
       spawned.push_back(caf::actor_cast<caf::actor>(h));
       opts.storage_loader = h;

@@ -61,6 +61,9 @@ struct context_exchange_stats {
   std::atomic<std::uint64_t> deltas_recovered{0};
   /// Spool writes that failed (the collector went on without its spool).
   std::atomic<std::uint64_t> spool_errors{0};
+  /// Unacknowledged deltas a collector stopped without, because every
+  /// learner it had been connected to was gone (none could ack them).
+  std::atomic<std::uint64_t> deltas_abandoned{0};
 };
 
 /// How a learner of a data-parallel group (docs/learner_group.md) takes its

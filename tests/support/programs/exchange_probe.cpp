@@ -42,6 +42,7 @@ struct config : dice::run_config {
   bool trace = false;
   std::string storage = "none";
   std::string storage_dir = "/tmp/dice-storage";
+  std::int64_t inline_below = -1;
   config() {
     collectors = 2;
     opt_group{custom_options_, "global"}
@@ -53,7 +54,10 @@ struct config : dice::run_config {
            "and every publication")
       .add(storage, "storage",
            "context through a storage loader: none, file or shm")
-      .add(storage_dir, "storage-dir", "directory of --storage=file");
+      .add(storage_dir, "storage-dir", "directory of --storage=file")
+      .add(inline_below, "inline-below",
+           "deltas below this many payload bytes skip the storage (-1: the "
+           "loader's default, 0: every delta is stored)");
   }
 };
 
@@ -176,6 +180,8 @@ dice::context_exchanger_options context_options(dice::node_setup& n,
                                  : dice::storage_kind::file;
   lo.dirname = cfg.storage_dir;
   lo.node = n.id();
+  if (cfg.inline_below >= 0)
+    lo.inline_below = static_cast<std::size_t>(cfg.inline_below);
   opts.storage_loader = dice::spawn_storage_loader(n.system(), lo);
   return opts;
 }
