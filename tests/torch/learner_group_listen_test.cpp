@@ -10,6 +10,7 @@
 #include "support/child_process.hpp"
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -19,6 +20,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 
 namespace {
 
@@ -27,6 +29,7 @@ namespace fs = std::filesystem;
 using dice::test::child_process;
 using dice::test::listener;
 using dice::test::listeners_of;
+using dice::test::listening_sockets;
 
 const std::string bin_dir = std::string{DICE_BINARY_DIR} + "/bin/";
 
@@ -85,27 +88,40 @@ TEST(LearnerGroupListen, DiceLaunchGroupOpensNoStorePortAndNoWildcard) {
      "--max-env-steps=2000", "--max-seconds=60", "--learning-starts=200",
      "--stop-value=100000", "--no-plot", "--out=" + out.dir.string()}};
   // Watch both learners' listening sockets from their start until both
-  // formed: a store port, if any, listens exactly then.
+  // formed: a store port, if any, listens exactly then (for milliseconds).
+  // A thread of its own samples the tables as fast as it can; only a
+  // listener it has not seen yet costs a look at the learners' fds.
   std::map<int, pid_t> pids;
   std::map<int, std::set<listener>> seen;
-  const std::regex formed0{R"(\[node 0\].*formed)"};
-  const std::regex formed1{R"(\[node 1\].*formed)"};
-  auto deadline = std::chrono::steady_clock::now() + 90s;
-  bool formed = false;
-  while (!formed && std::chrono::steady_clock::now() < deadline) {
-    for (int id : {0, 1}) {
-      if (pids.count(id) == 0)
-        if (auto pid = node_pid(launch.pid(), id); pid > 0)
-          pids[id] = pid;
-      if (pids.count(id) > 0)
-        for (auto& x : listeners_of(std::to_string(pids[id])))
-          seen[id].insert(x);
+  std::atomic<bool> watching{true};
+  std::thread watcher{[&] {
+    std::set<std::uint64_t> foreign;
+    while (watching) {
+      for (int id : {0, 1})
+        if (pids.count(id) == 0)
+          if (auto pid = node_pid(launch.pid(), id); pid > 0)
+            pids[id] = pid;
+      for (auto& x : listening_sockets()) {
+        if (foreign.count(x.inode) > 0)
+          continue;
+        bool owned = false;
+        for (auto& [id, pid] : pids)
+          if (dice::test::socket_inodes(std::to_string(pid)).count(x.inode)
+              > 0) {
+            seen[id].insert(x);
+            owned = true;
+          }
+        if (!owned && pids.size() == 2)
+          foreign.insert(x.inode);
+      }
     }
-    auto text = launch.text();
-    formed = std::regex_search(text, formed0)
-      && std::regex_search(text, formed1);
-  }
-  ASSERT_TRUE(formed) << launch.text();
+  }};
+  // Each match consumes its line: two matches are the two learners.
+  const std::regex formed{R"(\[node [01]\].*formed)"};
+  bool both = launch.wait_for(formed, 90s) && launch.wait_for(formed, 30s);
+  watching = false;
+  watcher.join();
+  ASSERT_TRUE(both) << launch.text();
   // After forming, each node listens on its own port alone.
   std::map<int, std::set<std::uint16_t>> own;
   for (int id : {0, 1})
