@@ -106,12 +106,17 @@ router_store::call(store_request req, std::chrono::milliseconds timeout) {
         if (i != kv_.end())
           parse_word(as_view(i->second), sum);
         sum += req.arg;
-        kv_[req.key] = decimal(sum);
+        if (!put(req.key, decimal(sum)))
+          return make_error(errc::handshake_failed,
+                            "learner group rendezvous: the store is full");
         r.kind = store_reply::kind_type::sum;
         r.sum = sum;
         break;
       }
-      default: kv_[req.key] = std::move(req.value);
+      default:
+        if (!put(req.key, std::move(req.value)))
+          return make_error(errc::handshake_failed,
+                            "learner group rendezvous: the store is full");
     }
     answer_waiting(req.key);
     cv_.notify_all();
@@ -154,11 +159,22 @@ void router_store::answer_waiting(const std::string& key) {
   waiting_.erase(last, waiting_.end());
 }
 
+bool router_store::put(const std::string& key,
+                       std::vector<std::uint8_t> value) {
+  auto i = kv_.find(key);
+  auto old = i != kv_.end() ? i->second.size() : 0;
+  if ((i == kv_.end() && kv_.size() >= max_store_keys)
+      || kv_bytes_ - old + value.size() > max_store_bytes)
+    return false;
+  kv_bytes_ = kv_bytes_ - old + value.size();
+  kv_[key] = std::move(value);
+  return true;
+}
+
 void router_store::serve(const store_request& req) {
   store_reply r{generation_, req.from, req.id, store_reply::kind_type::ok,
                 {},          0};
   auto i = kv_.find(req.key);
-  bool full = i == kv_.end() && kv_.size() >= max_store_keys;
   switch (req.op) {
     case store_request::op_type::get:
       if (i != kv_.end()) {
@@ -179,25 +195,24 @@ void router_store::serve(const store_request& req) {
       if (i != kv_.end())
         parse_word(as_view(i->second), sum);
       // Bounded: the group's counters count ranks, never near overflow.
-      if (full || req.arg < -65536 || req.arg > 65536) {
+      if (req.arg < -65536 || req.arg > 65536
+          || !put(req.key, decimal(sum + req.arg))) {
         ++refused_;
         r.kind = store_reply::kind_type::refused;
         break;
       }
       sum += req.arg;
-      kv_[req.key] = decimal(sum);
       r.kind = store_reply::kind_type::sum;
       r.sum = sum;
       answer_waiting(req.key);
       break;
     }
     default:
-      if (full) {
+      if (!put(req.key, req.value)) {
         ++refused_;
         r.kind = store_reply::kind_type::refused;
         break;
       }
-      kv_[req.key] = req.value;
       answer_waiting(req.key);
   }
   outbox_.push_back(to_wire(r));
@@ -244,6 +259,7 @@ void router_store::close() {
   std::lock_guard<std::mutex> guard{mtx_};
   closed_ = true;
   kv_.clear();
+  kv_bytes_ = 0;
   waiting_.clear();
   outbox_.clear();
   cv_.notify_all();

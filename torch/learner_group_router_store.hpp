@@ -33,6 +33,10 @@ inline constexpr std::size_t max_store_value = 64 * 1024;
 /// Most keys the authority holds, and most gets it keeps waiting.
 inline constexpr std::size_t max_store_keys = 4096;
 
+/// Most bytes of values the authority holds (gloo's addresses of a group of
+/// L take about L * L * 140 bytes: 16 MiB is L = 340).
+inline constexpr std::size_t max_store_bytes = 16 * 1024 * 1024;
+
 /// A request to the authority: "dice-lg1 store GEN FROM ID OP KEY ARG".
 struct store_request {
   enum class op_type { set, get, add };
@@ -119,6 +123,8 @@ class router_store : public rendezvous_store {
                                   std::chrono::milliseconds timeout);
   void serve(const store_request& req);        // authority, under mtx_
   void answer_waiting(const std::string& key); // authority, under mtx_
+  // Stores `value` under `key` (authority, under mtx_); false: over bounds.
+  bool put(const std::string& key, std::vector<std::uint8_t> value);
   caf::error closed_error() const;
 
   std::uint64_t generation_;
@@ -132,6 +138,7 @@ class router_store : public rendezvous_store {
   std::deque<std::string> outbox_;
   // Authority: the map, and gets waiting for a key.
   std::map<std::string, std::vector<std::uint8_t>> kv_;
+  std::size_t kv_bytes_ = 0;
   std::vector<store_request> waiting_;
   // Others: requests sent, and their answers once heard.
   std::uint64_t next_id_ = 1;

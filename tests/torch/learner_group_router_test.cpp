@@ -147,6 +147,20 @@ TEST(LearnerGroupRouterStore, ParsersRefuseAllButTheExactForm) {
   EXPECT_TRUE(stores[0]->on_text("dice-lg1 store 3 11 1 set k 00"));
   EXPECT_FALSE(stores[0]->has_outbox());
   EXPECT_FALSE(stores[0]->on_text("dice-lg1 alive 4 1"));
+  // Rank 0 holds at most max_store_bytes: beyond, a set is refused.
+  std::string value(2 * dice::detail::max_store_value, 'a');
+  auto limit = dice::detail::max_store_bytes / dice::detail::max_store_value;
+  for (std::size_t k = 0; k <= limit; ++k)
+    ASSERT_TRUE(stores[0]->on_text("dice-lg1 store 4 11 " + std::to_string(k)
+                                   + " set k" + std::to_string(k) + " "
+                                   + value));
+  auto answers = stores[0]->take_outbox();
+  ASSERT_EQ(answers.size(), limit + 1);
+  EXPECT_EQ(answers[limit - 1],
+            "dice-lg1 stored 4 11 " + std::to_string(limit - 1) + " ok");
+  EXPECT_EQ(answers[limit],
+            "dice-lg1 stored 4 11 " + std::to_string(limit) + " refused");
+  EXPECT_EQ(stores[0]->refused(), 1u);
 }
 
 // L = 3 forms through rank 0's store over the (test) router, every pair
