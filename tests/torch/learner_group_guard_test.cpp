@@ -16,6 +16,9 @@
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -302,6 +305,29 @@ TEST(LearnerGroupGuard, DigestSeesEveryBit) {
   b = make_net(5);
   b->scale.fill_(2.0f); // buffers count too
   EXPECT_NE(*da, *dice::parameters_digest(*b));
+}
+
+// The one remaining insider risk (docs/learner_group.md), shown as a member
+// would exploit it: once the group has formed, Gloo's framing trusts the
+// peer. A rank that sends more bytes than its peer's buffer holds (here:
+// an all-reduce of 4,096 values against the peer's 64; dice's layout check
+// covers gradients only, not what a hostile member sends) ends the
+// receiving process in Gloo's device thread (GLOO_ENFORCE -> terminate ->
+// SIGABRT).
+// If this test ever fails, Gloo stopped trusting its peers: update the docs.
+TEST(LearnerGroupInsider, BytesBeyondTheReceiversBufferEndItsProcess) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+    {
+      with_group(config(0, 2, 0), [](int r, learner_group& g) {
+        std::vector<double> xs(r == 0 ? 64 : 4096, 1.0);
+        (void)g.all_reduce_sum(xs);
+      });
+      // Both ranks came back: Gloo refused the bytes without dying.
+      std::fprintf(stderr, "survived\n");
+      std::_Exit(0);
+    },
+    ::testing::KilledBySignal(SIGABRT), "");
 }
 
 } // namespace
