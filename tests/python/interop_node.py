@@ -47,6 +47,11 @@ def main(args):
             task.use(ModelExchanger(net))
         if task.has_role(task.role.LEARNER):
             clock = {"items": 0}
+            # --need-sources: the run goes on past --iterations until items
+            # of every named source arrived (a late collector's first delta
+            # must not depend on how fast the others' deltas are).
+            need = set(args.need_sources.split(",")) if args.need_sources else set()
+            seen = set()
             task.on("tick", lambda *a: print(f"[node {node}] tick {a}",
                                              flush=True))
 
@@ -64,9 +69,12 @@ def main(args):
                     print(f"[node {node}] learner got {len(items)} items "
                           f"(python {src.count('python')}, cpp "
                           f"{src.count('cpp')})", flush=True)
+                seen.update(x["src"] for x in items)
                 with torch.no_grad():
                     net.bias.add_(1.0)
                 ctx.train_iter += 1
+                if need and ctx.total_step + 1 >= args.iterations and need <= seen:
+                    task.finish = "max_step"
                 if args.quiet and ctx.total_step == args.iterations - 1:
                     seconds = time.perf_counter() - clock["t0"]
                     print(json.dumps({"bench": "learner",
@@ -75,7 +83,7 @@ def main(args):
                                       "items": clock["items"]}), flush=True)
             task.use(learn)
             if args.iterations > 0:
-                task.run(max_step=args.iterations)
+                task.run(max_step=sys.maxsize if need else args.iterations)
         elif task.has_role(task.role.EVALUATOR):
             task.use(lambda ctx: say(
                 f"[node {node}] evaluator bias {float(net.bias[0])} "
@@ -106,6 +114,9 @@ if __name__ == "__main__":
                         default="cartpole")
     parser.add_argument("--no-model", action="store_true",
                         help="no ModelExchanger (context only)")
+    parser.add_argument("--need-sources", default="",
+                        help="learner: go on past --iterations until items "
+                             "from each of these sources (e.g. python,cpp)")
     parser.add_argument("--fail-once", action="store_true",
                         help="collectors raise in their first incarnation")
     parser.add_argument("--quiet", action="store_true",

@@ -15,14 +15,15 @@ NODE_CPP = [os.path.join(BIN, "dice_interop_node")]
 START = 60  # seconds a cluster may take to start and run on a loaded CI
 
 
-def cluster(kinds, iterations, secret, cpp_args=()):
+def cluster(kinds, iterations, secret, cpp_args=(), py_args=()):
     """Starts nodes of `kinds` ("py"/"cpp", node 0 first) by hand, the way
     srun would: node 0 listens, the others attach to it (star)."""
     workers = len(kinds)
     nodes = []
 
     def start(i, attach):
-        program = NODE_PY if kinds[i] == "py" else NODE_CPP + list(cpp_args)
+        program = (NODE_PY + list(py_args) if kinds[i] == "py"
+                   else NODE_CPP + list(cpp_args))
         args = program + [f"--iterations={iterations}",
                           f"--dice.node-id={i}", f"--dice.workers={workers}",
                           "--dice.topology=star", "--dice.host=127.0.0.1",
@@ -85,7 +86,10 @@ class ProcessTest(unittest.TestCase):
         self.assertGreater(max(biases(text, "evaluator")), initial + 0.5, text)
 
     def test_python_learner_takes_cpp_collectors_context_and_they_its_model(self):
-        text = self.finish(cluster(["py", "cpp", "cpp", "py"], 6, self.secret))
+        # The learner waits for both kinds of collector (the Python one
+        # started last was once too late for 6 iterations of C++ deltas).
+        text = self.finish(cluster(["py", "cpp", "cpp", "py"], 6, self.secret,
+                                   py_args=["--need-sources=python,cpp"]))
         py, cpp = learner_counts(text)
         self.assertGreater(cpp, 0, text)
         self.assertGreater(py, 0, text)
