@@ -469,33 +469,18 @@ TEST_F(ValidateSnapshot, RejectsADuplicateName) {
   expect_rejected("duplicate name");
 }
 
-// The learner group's router text: a restarted learner's join request and the
-// hello that admits it round-trip; anything else is refused.
-TEST(LearnerGroupText, JoinAndAdmittingHelloRoundTripStrictly) {
+// The learner group's router text: a restarted learner's join request
+// round-trips; anything else is refused.
+TEST(LearnerGroupText, JoinRoundTripsStrictly) {
   dice::learner_group_join j{7, 18446744073709551615ull};
   auto jj = dice::parse_learner_group_join(dice::to_wire(j));
   ASSERT_TRUE(jj);
   EXPECT_EQ(jj->node, 7u);
   EXPECT_EQ(jj->nonce, j.nonce);
-  dice::learner_group_hello h{2, 2, "10.0.0.1", 4242, 1u, 99};
-  EXPECT_EQ(dice::to_wire(h), "dice-lg1 hello 2 2 10.0.0.1 4242 1 99");
-  auto hh = dice::parse_learner_group_hello(dice::to_wire(h));
-  ASSERT_TRUE(hh);
-  ASSERT_TRUE(hh->joiner);
-  EXPECT_EQ(*hh->joiner, 1u);
-  EXPECT_EQ(hh->joiner_nonce, 99u);
-  auto plain = dice::parse_learner_group_hello("dice-lg1 hello 0 2 h 1");
-  ASSERT_TRUE(plain);
-  EXPECT_FALSE(plain->joiner);
   for (auto bad : {"dice-lg1 join 7", "dice-lg1 join 7 1 2",
                    "dice-lg1 join -1 3", "dice-lg1 join 7 x",
                    "dice-lg1 join 4294967296 1", "dice-lg1 alive 1 2"})
     EXPECT_FALSE(dice::parse_learner_group_join(bad)) << bad;
-  // A hello names a joiner with both words, in a group of at least two.
-  for (auto bad :
-       {"dice-lg1 hello 2 2 h 1 1", "dice-lg1 hello 2 1 h 1 0 5",
-        "dice-lg1 hello 2 2 h 1 1 99 3", "dice-lg1 hello 2 2 h 1 x 1"})
-    EXPECT_FALSE(dice::parse_learner_group_hello(bad)) << bad;
 }
 
 } // namespace
