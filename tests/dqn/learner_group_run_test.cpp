@@ -145,34 +145,6 @@ TEST(LearnerGroupRun, InProcessThreeLearnersCountExactly) {
   in_process_run(3);
 }
 
-/// The pid of dice-launch's child with `--dice.node-id=ID` (-1: none).
-pid_t node_pid(pid_t launcher, int id) {
-  auto want = "--dice.node-id=" + std::to_string(id);
-  for (auto& e : fs::directory_iterator{"/proc"}) {
-    auto name = e.path().filename().string();
-    if (name.find_first_not_of("0123456789") != std::string::npos)
-      continue;
-    std::ifstream stat{e.path() / "stat"};
-    std::string text{std::istreambuf_iterator<char>{stat}, {}};
-    auto close = text.rfind(')');
-    if (close == std::string::npos)
-      continue;
-    std::istringstream rest{text.substr(close + 2)};
-    std::string state;
-    pid_t ppid = 0;
-    rest >> state >> ppid;
-    if (ppid != launcher)
-      continue;
-    auto cmd = read_all(e.path() / "cmdline");
-    for (auto& c : cmd)
-      if (c == '\0')
-        c = ' ';
-    if (cmd.find(want + " ") != std::string::npos)
-      return static_cast<pid_t>(std::stol(name));
-  }
-  return -1;
-}
-
 // dice-launch --workers 5 --learners 2: nodes 0 and 1 form the group over
 // loopback (rank 0's store address travels on the router). Once rank 0 trains,
 // rank 1 is killed with SIGKILL: rank 0's step ends with an error (no
@@ -193,7 +165,7 @@ TEST(LearnerGroupRun, ClusterSurvivesKillNineOfRankOne) {
   ASSERT_TRUE(
     launch.wait_for(std::regex{R"(\[node 0\].*iter [1-9][0-9]* \|)"}, 60s))
     << launch.text();
-  auto victim = node_pid(launch.pid(), 1);
+  auto victim = dice::test::launched_node_pid(launch.pid(), 1);
   ASSERT_GT(victim, 0) << "no node 1 under dice-launch";
   auto t_kill = std::chrono::steady_clock::now();
   ASSERT_EQ(::kill(victim, SIGKILL), 0);
@@ -278,7 +250,7 @@ TEST(LearnerGroupRun, RestartedLearnerRejoinsAndCountsStayExact) {
   ASSERT_TRUE(
     launch.wait_for(std::regex{R"(\[node 0\].*iter [1-9][0-9]* \|)"}, 60s))
     << launch.text();
-  auto victim = node_pid(launch.pid(), 1);
+  auto victim = dice::test::launched_node_pid(launch.pid(), 1);
   ASSERT_GT(victim, 0) << "no node 1 under dice-launch";
   ASSERT_EQ(::kill(victim, SIGKILL), 0);
   ASSERT_TRUE(launch.wait_for(
@@ -368,7 +340,7 @@ TEST(LearnerGroupRun, RankZeroLostStopsWithACheckpointThatResumes) {
     ASSERT_TRUE(
       launch.wait_for(std::regex{R"(\[node 0\].*iter [1-9][0-9]* \|)"}, 60s))
       << launch.text();
-    auto victim = node_pid(launch.pid(), 0);
+    auto victim = dice::test::launched_node_pid(launch.pid(), 0);
     ASSERT_GT(victim, 0) << "no node 0 under dice-launch";
     auto t_kill = clock_type::now();
     ASSERT_EQ(::kill(victim, SIGKILL), 0);

@@ -3,7 +3,7 @@
 // frames that CAF 0.17.6 mishandles (no TLS, so nothing but dice's guard
 // stands between these bytes and CAF). Before the guard, the 32-byte
 // handshake header with no payload killed the node (SIGSEGV) and two
-// headers announcing 1 GiB took it from 206 MB to 1,214 MB. Real
+// headers announcing 1 GiB took it from 163 to 2,211 MiB. Real
 // dice_exchange_probe processes on an ephemeral loopback port; every wait
 // has a deadline.
 
@@ -11,6 +11,7 @@
 #include "net/preamble.hpp"
 
 #include "support/child_process.hpp"
+#include "support/probe_nodes.hpp"
 #include "support/raw_socket.hpp"
 #include "support/secret_file.hpp"
 #include <gtest/gtest.h>
@@ -29,35 +30,7 @@ using dice::test::child_process;
 using dice::test::raw_socket;
 using dice::test::secret_file;
 
-const std::string bin_dir = std::string{DICE_BINARY_DIR} + "/bin/";
-
 const std::string the_secret = "0123456789abcdef0123456789abcdef";
-
-std::vector<std::string> node_args(int id, const std::string& secret_path,
-                                   const std::string& attach) {
-  std::vector<std::string> args{bin_dir + "dice_exchange_probe",
-                                "--dice.node-id=" + std::to_string(id),
-                                "--dice.workers=2",
-                                "--dice.topology=star",
-                                "--dice.host=127.0.0.1",
-                                "--dice.secret-file=" + secret_path,
-                                "--dice.peer-loss-timeout=10s",
-                                "--steps=5"};
-  if (!attach.empty())
-    args.push_back("--dice.attach-to=" + attach);
-  return args;
-}
-
-const std::regex port_line{"dice-node 0 listening on port ([0-9]+)"};
-
-std::uint16_t start_learner(std::unique_ptr<child_process>& learner,
-                            const secret_file& s) {
-  learner = std::make_unique<child_process>(node_args(0, s.path, ""));
-  std::smatch m;
-  if (!learner->wait_for(port_line, 20s, &m))
-    return 0;
-  return static_cast<std::uint16_t>(std::stoi(m[1].str()));
-}
 
 /// Connects and finishes dice's preamble with the secret, as a member does:
 /// what it sends next goes to BASP.
@@ -76,25 +49,10 @@ raw_socket member_past_the_preamble(std::uint16_t port) {
   return s;
 }
 
-/// A genuine collector joins; both must finish the run and exit 0.
-void expect_genuine_run(child_process& learner, const secret_file& s,
-                        std::uint16_t port) {
-  child_process collector{
-    node_args(1, s.path, "127.0.0.1:" + std::to_string(port))};
-  auto rc_c = collector.wait_exit(30s);
-  auto rc_l = learner.wait_exit(30s);
-  ASSERT_TRUE(rc_l) << "learner did not end\n" << learner.text();
-  EXPECT_EQ(*rc_l, 0) << learner.text();
-  ASSERT_TRUE(rc_c) << "collector did not end\n" << collector.text();
-  EXPECT_EQ(*rc_c, 0) << collector.text();
-  EXPECT_TRUE(learner.wait_for(std::regex{"\"train_iter\":5"}, 0ms))
-    << learner.text();
-}
-
 TEST(MemberFrames, CrashFramesFromASecretHolderCloseOnlyTheirConnection) {
   secret_file s{the_secret};
   std::unique_ptr<child_process> learner;
-  auto port = start_learner(learner, s);
+  auto port = dice::test::start_probe_learner(learner, s);
   ASSERT_NE(port, 0) << learner->text();
   // A client handshake and a server handshake (with its operation data),
   // both without the payload CAF then reads.
@@ -114,13 +72,13 @@ TEST(MemberFrames, CrashFramesFromASecretHolderCloseOnlyTheirConnection) {
                "refused before CAF read it: a handshake without a payload"},
     5s))
     << learner->text();
-  expect_genuine_run(*learner, s, port);
+  dice::test::expect_genuine_run(*learner, s, port);
 }
 
 TEST(MemberFrames, GiantAnnouncesFromASecretHolderLeaveMemoryFlat) {
   secret_file s{the_secret};
   std::unique_ptr<child_process> learner;
-  auto port = start_learner(learner, s);
+  auto port = dice::test::start_probe_learner(learner, s);
   ASSERT_NE(port, 0) << learner->text();
   auto before = dice::test::peak_rss(learner->pid());
   ASSERT_GT(before, 0u);
@@ -147,7 +105,7 @@ TEST(MemberFrames, GiantAnnouncesFromASecretHolderLeaveMemoryFlat) {
                "1073741824 bytes announced, more than the 268435456 allowed"},
     5s))
     << learner->text();
-  expect_genuine_run(*learner, s, port);
+  dice::test::expect_genuine_run(*learner, s, port);
 }
 
 } // namespace

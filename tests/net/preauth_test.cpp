@@ -5,6 +5,7 @@
 // gigabytes. Every wait has a deadline; nothing sleeps to pass.
 
 #include "support/child_process.hpp"
+#include "support/probe_nodes.hpp"
 #include "support/raw_socket.hpp"
 #include "support/secret_file.hpp"
 #include <gtest/gtest.h>
@@ -24,62 +25,12 @@ using dice::test::raw_socket;
 using dice::test::secret_file;
 using clock_type = std::chrono::steady_clock;
 
-const std::string bin_dir = std::string{DICE_BINARY_DIR} + "/bin/";
-
 const std::string the_secret = "0123456789abcdef0123456789abcdef";
-
-/// dice_exchange_probe as node `id` of 2, listening on an ephemeral loopback
-/// port with only the cluster secret.
-std::vector<std::string> node_args(int id, const std::string& secret_path,
-                                   const std::string& attach,
-                                   std::vector<std::string> extra = {}) {
-  std::vector<std::string> args{bin_dir + "dice_exchange_probe",
-                                "--dice.node-id=" + std::to_string(id),
-                                "--dice.workers=2",
-                                "--dice.topology=star",
-                                "--dice.host=127.0.0.1",
-                                "--dice.secret-file=" + secret_path,
-                                "--dice.peer-loss-timeout=10s",
-                                "--steps=5"};
-  if (!attach.empty())
-    args.push_back("--dice.attach-to=" + attach);
-  args.insert(args.end(), extra.begin(), extra.end());
-  return args;
-}
-
-const std::regex port_line{"dice-node 0 listening on port ([0-9]+)"};
-
-/// Starts the learner and returns its port (0: it did not report one).
-std::uint16_t start_learner(std::unique_ptr<child_process>& learner,
-                            const secret_file& s,
-                            std::vector<std::string> extra = {}) {
-  learner = std::make_unique<child_process>(
-    node_args(0, s.path, "", std::move(extra)));
-  std::smatch m;
-  if (!learner->wait_for(port_line, 20s, &m))
-    return 0;
-  return static_cast<std::uint16_t>(std::stoi(m[1].str()));
-}
-
-/// A genuine collector joins; both must finish the run and exit 0.
-void expect_genuine_run(child_process& learner, const secret_file& s,
-                        std::uint16_t port) {
-  child_process collector{
-    node_args(1, s.path, "127.0.0.1:" + std::to_string(port))};
-  auto rc_c = collector.wait_exit(30s);
-  auto rc_l = learner.wait_exit(30s);
-  ASSERT_TRUE(rc_l) << "learner did not end\n" << learner.text();
-  EXPECT_EQ(*rc_l, 0) << learner.text();
-  ASSERT_TRUE(rc_c) << "collector did not end\n" << collector.text();
-  EXPECT_EQ(*rc_c, 0) << collector.text();
-  EXPECT_TRUE(learner.wait_for(std::regex{"\"train_iter\":5"}, 0ms))
-    << learner.text();
-}
 
 TEST(Preauth, CrashFrameLeavesASecretOnlyNodeRunning) {
   secret_file s{the_secret};
   std::unique_ptr<child_process> learner;
-  auto port = start_learner(learner, s);
+  auto port = dice::test::start_probe_learner(learner, s);
   ASSERT_NE(port, 0) << learner->text();
   // Both crash frames: operation 1 (client handshake) and 0 (server
   // handshake with operation data) with no payload.
@@ -104,13 +55,13 @@ TEST(Preauth, CrashFrameLeavesASecretOnlyNodeRunning) {
                "dice's preamble"},
     5s))
     << learner->text();
-  expect_genuine_run(*learner, s, port);
+  dice::test::expect_genuine_run(*learner, s, port);
 }
 
 TEST(Preauth, GiantLengthAnnouncementsLeaveMemoryFlat) {
   secret_file s{the_secret};
   std::unique_ptr<child_process> learner;
-  auto port = start_learner(learner, s);
+  auto port = dice::test::start_probe_learner(learner, s);
   ASSERT_NE(port, 0) << learner->text();
   auto before = dice::test::peak_rss(learner->pid());
   ASSERT_GT(before, 0u);
@@ -134,13 +85,13 @@ TEST(Preauth, GiantLengthAnnouncementsLeaveMemoryFlat) {
             << " ms" << std::endl;
   // Four frames announce 4 GiB; the node may not grow by a tenth of one.
   EXPECT_LT(grown_mib, 100.0);
-  expect_genuine_run(*learner, s, port);
+  dice::test::expect_genuine_run(*learner, s, port);
 }
 
 TEST(Preauth, PendingConnectionsAreCapped) {
   secret_file s{the_secret};
   std::unique_ptr<child_process> learner;
-  auto port = start_learner(learner, s);
+  auto port = dice::test::start_probe_learner(learner, s);
   ASSERT_NE(port, 0) << learner->text();
   // 100 idle connections against the default cap of 64: the oldest 36 are
   // closed at once (before the fix BASP held every one of them).
@@ -163,13 +114,14 @@ TEST(Preauth, PendingConnectionsAreCapped) {
     std::regex{"too many connections in the preamble \\(64\\)"}, 5s))
     << learner->text();
   // A genuine peer still joins while 64 strangers wait in the preamble.
-  expect_genuine_run(*learner, s, port);
+  dice::test::expect_genuine_run(*learner, s, port);
 }
 
 TEST(Preauth, SilentStrangerIsCutAtTheTimeLimit) {
   secret_file s{the_secret};
   std::unique_ptr<child_process> learner;
-  auto port = start_learner(learner, s, {"--dice.handshake-timeout=500ms"});
+  auto port = dice::test::start_probe_learner(
+    learner, s, {"--dice.handshake-timeout=500ms"});
   ASSERT_NE(port, 0) << learner->text();
   raw_socket stranger{port};
   ASSERT_TRUE(stranger.ok());
@@ -182,7 +134,7 @@ TEST(Preauth, SilentStrangerIsCutAtTheTimeLimit) {
               .count();
   std::cout << "silent stranger cut after " << ms << " ms" << std::endl;
   EXPECT_GE(ms, 400);
-  expect_genuine_run(*learner, s, port);
+  dice::test::expect_genuine_run(*learner, s, port);
 }
 
 } // namespace

@@ -4,8 +4,10 @@ reports and cluster secrets."""
 
 import json
 import os
+import random
 import re
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -93,15 +95,44 @@ class Process:
 
     def reports(self):
         """The nodes' final JSON reports, by node id."""
-        result = {}
-        for line in list(self.lines):
-            start = line.find('{"node":')
-            if start >= 0:
-                # Other output may follow on the line (stdout and stderr
-                # share the pipe): the report is the first JSON object.
-                rep, _ = json.JSONDecoder().raw_decode(line[start:])
-                result[rep["node"]] = rep
-        return result
+        return reports(list(self.lines))
+
+
+def reports(lines):
+    """The nodes' final JSON reports in `lines` (a list, or one text), by
+    node id."""
+    if isinstance(lines, str):
+        lines = lines.splitlines()
+    result = {}
+    for line in lines:
+        start = line.find('{"node":')
+        if start >= 0:
+            # Other output may follow on the line (stdout and stderr share
+            # the pipe): the report is the first JSON object.
+            rep, _ = json.JSONDecoder().raw_decode(line[start:])
+            result[rep["node"]] = rep
+    return result
+
+
+def free_base(n):
+    """A base port whose next n ports are free now (srun gives task k base +
+    its local index). Below Linux's ephemeral range (32768-60999), so
+    another test's ephemeral ports do not take them meanwhile."""
+    for _ in range(200):
+        base = random.randrange(20000, 32000 - n)
+        socks = []
+        try:
+            for p in range(base, base + n):
+                s = socket.socket()
+                socks.append(s)
+                s.bind(("", p))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise RuntimeError("no free port range")
 
 
 class SecretFile:

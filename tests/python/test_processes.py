@@ -4,11 +4,10 @@ one cluster with C++ nodes (each reads the other's models and context)."""
 import os
 import re
 import signal
-import socket
 import time
 import unittest
 
-from dice_testing import BIN, HERE, PYTHON, Process, SecretFile, env
+from dice_testing import BIN, HERE, PYTHON, Process, SecretFile, env, free_base
 
 NODE_PY = [PYTHON, os.path.join(HERE, "interop_node.py")]
 NODE_CPP = [os.path.join(BIN, "dice_interop_node")]
@@ -171,7 +170,7 @@ class ProcessTest(unittest.TestCase):
         self.assertEqual(launch.reports()[0]["train_iter"], 30, text)
 
     def test_srun_environment_forms_a_cluster_of_python_nodes(self):
-        base = free_ports(3)
+        base = free_base(3)
         tasks = []
         for i in range(3):
             env_i = env()
@@ -188,30 +187,6 @@ class ProcessTest(unittest.TestCase):
         self.assertEqual(tasks[0].reports()[0]["role"], "learner", text)
         self.assertEqual(tasks[2].reports()[2]["role"], "collector", text)
         self.assertGreater(learner_counts(text)[0], 0, text)
-
-
-def free_ports(n):
-    """A base port with n free ports in a row (as the C++ Slurm test; srun
-    gives tasks base + rank)."""
-    for _ in range(50):
-        probe = socket.socket()
-        probe.bind(("127.0.0.1", 0))
-        base = probe.getsockname()[1]
-        probe.close()
-        socks = []
-        try:
-            for i in range(n):
-                s = socket.socket()
-                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                s.bind(("0.0.0.0", base + i))
-                socks.append(s)
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    raise AssertionError("no free ports in a row")
 
 
 if __name__ == "__main__":

@@ -14,7 +14,6 @@ install-deps put them there and a skip would hide a broken test.
 
 import json
 import os
-import random
 import re
 import shutil
 import signal
@@ -28,7 +27,7 @@ import unittest
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from dice_testing import BIN, Process, SecretFile  # noqa: E402
+from dice_testing import BIN, Process, SecretFile, free_base, reports  # noqa: E402
 
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 SBATCH_SCRIPT = os.path.join(ROOT, "examples", "slurm", "dqn_cartpole.sbatch")
@@ -61,27 +60,6 @@ def free_port():
         return s.getsockname()[1]
 
 
-def free_base(n):
-    """A base port whose next n ports are free now: dice's tasks listen on
-    base + local task index. Below Linux's ephemeral range (32768-60999),
-    so another test's ephemeral ports do not take them meanwhile."""
-    for _ in range(200):
-        base = random.randrange(20000, 32000 - n)
-        socks = []
-        try:
-            for p in range(base, base + n):
-                s = socket.socket()
-                socks.append(s)
-                s.bind(("", p))
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    raise RuntimeError("no free port range")
-
-
 def node_name():
     """Slurm's name of this machine: the host name when it resolves (as on
     a real cluster, where SLURM_NODELIST names hosts dice dials), else
@@ -92,17 +70,6 @@ def node_name():
         return host
     except OSError:
         return "localhost"
-
-
-def reports(text):
-    """The nodes' final JSON reports in an output, by node id."""
-    result = {}
-    for line in text.splitlines():
-        start = line.find('{"node":')
-        if start >= 0:
-            rep, _ = json.JSONDecoder().raw_decode(line[start:])
-            result[rep["node"]] = rep
-    return result
 
 
 class Cluster:

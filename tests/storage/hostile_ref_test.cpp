@@ -40,6 +40,13 @@ context_delta sample_delta() {
   return d;
 }
 
+// The stored item's file or segment, opened read-write as a writer that
+// can reach it would (-1 on failure).
+int open_for_writing(const storage_ref& ref) {
+  return ref.kind == storage_kind::shm ? ::shm_open(ref.path.c_str(), O_RDWR, 0)
+                                       : ::open(ref.path.c_str(), O_RDWR);
+}
+
 class HostileRef : public dice::test::deterministic {
  protected:
   HostileRef()
@@ -174,9 +181,7 @@ TEST_F(HostileRef, AnItemAlteredAfterItsReferenceWentOutIsRefused) {
     ASSERT_TRUE(ref);
     ASSERT_NE(ref->checksum, 0u);
     ASSERT_TRUE(ask_loader(*ref)) << "unaltered: loads";
-    int fd = kind == storage_kind::shm
-      ? ::shm_open(ref->path.c_str(), O_RDWR, 0)
-      : ::open(ref->path.c_str(), O_RDWR);
+    int fd = open_for_writing(*ref);
     ASSERT_GE(fd, 0);
     // One byte in the middle of the trajectory (7 -> 8).
     char b = 0;
@@ -239,9 +244,7 @@ TEST_F(HostileRef, TruncatedWhileReadIsNeverTorn) {
           *ref, [&](const std::uint8_t* data, std::size_t size) -> caf::error {
             first.assign(data, data + size);
             // The writer recycles the item: truncated, then refilled.
-            int fd = kind == storage_kind::shm
-              ? ::shm_open(ref->path.c_str(), O_RDWR, 0)
-              : ::open(ref->path.c_str(), O_RDWR);
+            int fd = open_for_writing(*ref);
             if (fd < 0 || ::ftruncate(fd, 0) != 0)
               std::_Exit(3);
             std::vector<std::uint8_t> junk(size / 2, 0xAB);

@@ -6,6 +6,7 @@
 
 #include "dice/process/spawn.hpp"
 
+#include "support/files.hpp"
 #include "support/json.hpp"
 #include <poll.h>
 #include <sys/wait.h>
@@ -20,10 +21,12 @@
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <regex>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -221,5 +224,34 @@ class child_process {
   std::size_t scanned_ = 0;
   std::optional<int> code_;
 };
+
+/// The pid of `launcher`'s child (dice-launch's node) started with
+/// `--dice.node-id=ID` (-1 while it has none).
+inline pid_t launched_node_pid(pid_t launcher, int id) {
+  namespace fs = std::filesystem;
+  auto want = "--dice.node-id=" + std::to_string(id) + " ";
+  std::error_code ec;
+  for (auto& e : fs::directory_iterator{"/proc", ec}) {
+    auto name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos)
+      continue;
+    auto text = read_all(e.path() / "stat");
+    auto close = text.rfind(')');
+    if (close == std::string::npos || close + 2 > text.size())
+      continue;
+    std::istringstream rest{text.substr(close + 2)};
+    std::string state;
+    pid_t ppid = 0;
+    rest >> state >> ppid;
+    if (ppid != launcher)
+      continue;
+    // Arguments end with NUL: each becomes a space, the last one too.
+    auto cmd = read_all(e.path() / "cmdline");
+    std::replace(cmd.begin(), cmd.end(), '\0', ' ');
+    if (cmd.find(want) != std::string::npos)
+      return static_cast<pid_t>(std::stol(name));
+  }
+  return -1;
+}
 
 } // namespace dice::test

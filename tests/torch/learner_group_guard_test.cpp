@@ -267,24 +267,11 @@ class memory_store : public dice::rendezvous_store {
 
 TEST(LearnerGroupGuard, FormsThroughAPluggableStore) {
   auto store = std::make_shared<memory_store>();
-  std::vector<std::string> bytes(3);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 3; ++r)
-    threads.emplace_back([&, r] {
-      auto c = config(r, 3, 0);
-      c.store = store;
-      auto g = learner_group::form(c);
-      ASSERT_TRUE(g) << dice::render(g.error());
-      EXPECT_EQ(g->store_port(), 0);
-      auto net = make_net(10 + r);
-      torch::optim::SGD opt{net->parameters(), torch::optim::SGDOptions(0.1)};
-      ASSERT_FALSE(g->broadcast_parameters(*net));
-      for (int s = 1; s <= 2; ++s)
-        ASSERT_FALSE(train_step(*g, net, opt, r, s));
-      bytes[r] = module_bytes(*net);
-    });
-  for (auto& t : threads)
-    t.join();
+  auto bytes = dice::test::train_three_without_a_store_port([&](int r) {
+    auto c = config(r, 3, 0);
+    c.store = store;
+    return c;
+  });
   ASSERT_FALSE(bytes[0].empty());
   EXPECT_TRUE(bytes[1] == bytes[0] && bytes[2] == bytes[0]);
 }

@@ -30,55 +30,10 @@ using dice::test::child_process;
 using dice::test::listener;
 using dice::test::listeners_of;
 using dice::test::listening_sockets;
+using dice::test::read_all;
+using dice::test::scratch;
 
 const std::string bin_dir = std::string{DICE_BINARY_DIR} + "/bin/";
-
-std::string read_all(const fs::path& p) {
-  std::ifstream f{p};
-  return {std::istreambuf_iterator<char>{f}, {}};
-}
-
-// The pid of dice-launch's node `id` (-1 while it has none).
-pid_t node_pid(pid_t launcher, int id) {
-  auto want = "--dice.node-id=" + std::to_string(id) + " ";
-  std::error_code ec;
-  for (auto& e : fs::directory_iterator{"/proc", ec}) {
-    auto name = e.path().filename().string();
-    if (name.find_first_not_of("0123456789") != std::string::npos)
-      continue;
-    auto text = read_all(e.path() / "stat");
-    auto close = text.rfind(')');
-    if (close == std::string::npos)
-      continue;
-    std::istringstream rest{text.substr(close + 2)};
-    std::string state;
-    pid_t ppid = 0;
-    rest >> state >> ppid;
-    if (ppid != launcher)
-      continue;
-    auto cmd = read_all(e.path() / "cmdline");
-    for (auto& c : cmd)
-      if (c == '\0')
-        c = ' ';
-    if (cmd.find(want) != std::string::npos)
-      return static_cast<pid_t>(std::stol(name));
-  }
-  return -1;
-}
-
-struct scratch {
-  fs::path dir;
-  explicit scratch(const std::string& name)
-    : dir(fs::temp_directory_path()
-          / (name + "_" + std::to_string(::getpid()))) {
-    fs::remove_all(dir);
-    fs::create_directories(dir);
-  }
-  ~scratch() {
-    std::error_code ec;
-    fs::remove_all(dir, ec);
-  }
-};
 
 TEST(LearnerGroupListen, DiceLaunchGroupOpensNoStorePortAndNoWildcard) {
   scratch out{"dice_lg_listen"};
@@ -99,7 +54,8 @@ TEST(LearnerGroupListen, DiceLaunchGroupOpensNoStorePortAndNoWildcard) {
     while (watching) {
       for (int id : {0, 1})
         if (pids.count(id) == 0)
-          if (auto pid = node_pid(launch.pid(), id); pid > 0)
+          if (auto pid = dice::test::launched_node_pid(launch.pid(), id);
+              pid > 0)
             pids[id] = pid;
       for (auto& x : listening_sockets()) {
         if (foreign.count(x.inode) > 0)

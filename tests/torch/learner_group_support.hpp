@@ -134,4 +134,28 @@ inline std::string module_bytes(const torch::nn::Module& m) {
   return result;
 }
 
+/// Forms a group of 3 ranks as threads (rank r with `config_of(r)`, which
+/// must give no store port), trains 2 steps from different starts, and
+/// returns each rank's parameter bytes ("" for a rank that failed).
+template <class ConfigOf>
+std::vector<std::string> train_three_without_a_store_port(ConfigOf config_of) {
+  std::vector<std::string> bytes(3);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 3; ++r)
+    threads.emplace_back([&, r] {
+      auto g = learner_group::form(config_of(r));
+      ASSERT_TRUE(g) << render(g.error());
+      EXPECT_EQ(g->store_port(), 0);
+      auto net = make_net(10 + static_cast<std::uint64_t>(r));
+      torch::optim::SGD opt{net->parameters(), torch::optim::SGDOptions(0.1)};
+      ASSERT_FALSE(g->broadcast_parameters(*net));
+      for (int s = 1; s <= 2; ++s)
+        ASSERT_FALSE(train_step(*g, net, opt, r, s));
+      bytes[static_cast<std::size_t>(r)] = module_bytes(*net);
+    });
+  for (auto& t : threads)
+    t.join();
+  return bytes;
+}
+
 } // namespace dice::test
