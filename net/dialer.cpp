@@ -20,11 +20,19 @@ namespace dice::net {
 
 using clock_type = deadline_clock;
 
-caf::expected<unique_fd> dial_channel(const std::string& secret,
-                                      const std::string& host,
-                                      std::uint16_t port, channel ch,
-                                      deadline_clock::time_point deadline,
-                                      std::string* binding) {
+namespace {
+
+// One attempt at dial_channel. `cut_early` is set when the acceptor closed
+// the connection before a byte of its hello: at its cap on pending
+// connections a listener under a connection flood closes the oldest
+// connection that has not sent its hello, which can be a genuine dialer
+// whose first write the scheduler delayed (net/listener.cpp).
+caf::expected<unique_fd> dial_once(const std::string& secret,
+                                   const std::string& host, std::uint16_t port,
+                                   channel ch,
+                                   deadline_clock::time_point deadline,
+                                   std::string* binding, bool& cut_early) {
+  cut_early = false;
   auto fd = connect_tcp(host, port, deadline);
   if (!fd)
     return fd.error();
@@ -33,16 +41,20 @@ caf::expected<unique_fd> dial_channel(const std::string& secret,
   auto fail = [](caf::error err) -> caf::expected<unique_fd> {
     return err;
   };
+  bool first = true;
   while (hs.state() == preamble_state::running) {
     if (auto err = send_all(fd->get(), hs.take_output(), deadline))
       return fail(std::move(err));
     auto bytes = recv_exactly(fd->get(), hs.want(), deadline);
     // Closed or silent in the middle of the preamble: another dice
     // version, not dice, or a peer that cut us off (time limit, cap).
-    if (!bytes)
+    if (!bytes) {
+      cut_early = first && is(bytes.error(), errc::unreachable);
       return fail(
         make_error(errc::handshake_failed,
                    "no preamble from the peer: " + render(bytes.error())));
+    }
+    first = false;
     hs.feed(bytes->data(), bytes->size());
   }
   if (hs.state() == preamble_state::failed) {
@@ -57,6 +69,26 @@ caf::expected<unique_fd> dial_channel(const std::string& secret,
   if (binding != nullptr)
     *binding = hs.binding();
   return std::move(*fd);
+}
+
+} // namespace
+
+caf::expected<unique_fd> dial_channel(const std::string& secret,
+                                      const std::string& host,
+                                      std::uint16_t port, channel ch,
+                                      deadline_clock::time_point deadline,
+                                      std::string* binding) {
+  // A connection cut before the acceptor's hello is tried again at once, a
+  // few times within the deadline: under a flood the listener's cap may
+  // have taken it before its first bytes were read (1 of 20 dials in CI,
+  // 300 slowloris connections reopened at 29,000/s). Anything else (a
+  // refused proof, another protocol that answered) is not retried.
+  bool cut_early = false;
+  for (int attempt = 1;; ++attempt) {
+    auto fd = dial_once(secret, host, port, ch, deadline, binding, cut_early);
+    if (fd || !cut_early || attempt == 4 || clock_type::now() >= deadline)
+      return fd;
+  }
 }
 
 namespace {
