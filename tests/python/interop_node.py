@@ -85,9 +85,18 @@ def main(args):
             if args.iterations > 0:
                 task.run(max_step=sys.maxsize if need else args.iterations)
         elif task.has_role(task.role.EVALUATOR):
-            task.use(lambda ctx: say(
-                f"[node {node}] evaluator bias {float(net.bias[0])} "
-                f"train_iter {ctx.train_iter}", flush=True))
+            initial = float(net.bias[0])
+
+            def watch(ctx):
+                bias = float(net.bias[0])
+                say(f"[node {node}] evaluator bias {bias} "
+                    f"train_iter {ctx.train_iter}", flush=True)
+                # --finish-when-trained: this node ends the run once it
+                # holds a model the learner trained N times, so the run
+                # cannot end before a slow-starting evaluator iterated.
+                if args.finish_when_trained and bias > initial + args.finish_when_trained - 0.5:
+                    task.finish = "evaluated"
+            task.use(watch)
         else:
             def collect(ctx):
                 say(f"[node {node}] collector bias {float(net.bias[0])}",
@@ -114,6 +123,9 @@ if __name__ == "__main__":
                         default="cartpole")
     parser.add_argument("--no-model", action="store_true",
                         help="no ModelExchanger (context only)")
+    parser.add_argument("--finish-when-trained", type=int, default=0,
+                        help="evaluator: finish the run once the model was "
+                             "trained this many times (0: never)")
     parser.add_argument("--need-sources", default="",
                         help="learner: go on past --iterations until items "
                              "from each of these sources (e.g. python,cpp)")

@@ -74,7 +74,11 @@ class ProcessTest(unittest.TestCase):
         return text
 
     def test_cpp_learner_takes_python_collectors_context_and_they_its_model(self):
-        text = self.finish(cluster(["cpp", "py", "py", "py"], 6, self.secret))
+        # The C++ learner runs until the Python evaluator holds a model it
+        # trained 4 times (with a fixed count of 6 iterations the run once
+        # ended before the evaluator, started last, iterated at all).
+        text = self.finish(cluster(["cpp", "py", "py", "py"], 0, self.secret,
+                                   py_args=["--finish-when-trained=4"]))
         py, cpp = learner_counts(text)
         self.assertGreater(py, 0, text)
         self.assertEqual(cpp, 0, text)
