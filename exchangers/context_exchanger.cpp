@@ -4,6 +4,8 @@
 #include "dice/messages/context_delta.hpp"
 #include "dice/security/trust.hpp"
 
+#include "caf/send.hpp"
+
 #include "context_exchanger_state.hpp"
 #include "loader_bridge.hpp"
 
