@@ -147,6 +147,7 @@ bool context_exchanger_state::apply(const context_delta& d) {
   }
   if (!has(role::learner))
     return true;
+  box.merged.push_back({d.sender, d.incarnation, d.seq, d.model_version});
   // Offsets keep each sender's trajectory_end_idx pointing into the merged
   // list (DI-engine extends them unchanged, which breaks GAE with several
   // collectors).

@@ -33,6 +33,8 @@ struct context_inbox {
   std::optional<std::vector<payload>> episodes;
   /// Trajectory ends, offset into `trajectories`.
   std::optional<std::vector<std::int64_t>> trajectory_end_idx;
+  /// Which deltas were applied (a learner's), in order.
+  std::vector<merged_delta> merged;
 
   /// Payload bytes of `d`.
   static std::size_t bytes_of(const context_delta& d) {
@@ -99,6 +101,8 @@ struct context_inbox {
       ctx.episodes = std::move(*episodes);
     if (trajectory_end_idx)
       ctx.trajectory_end_idx = std::move(*trajectory_end_idx);
+    ctx.merged_deltas.insert(ctx.merged_deltas.end(), merged.begin(),
+                             merged.end());
     *this = context_inbox{};
   }
 };

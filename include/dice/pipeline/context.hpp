@@ -11,6 +11,19 @@
 
 namespace dice {
 
+/// One context delta a learner merged into an iteration: who sent it, from
+/// which incarnation, its seq, and the model version that acted.
+struct merged_delta {
+  /// Node id of the sender.
+  std::uint32_t sender = 0;
+  /// Incarnation of the sender.
+  std::uint64_t incarnation = 0;
+  /// The delta's seq (0: unsequenced).
+  std::uint64_t seq = 0;
+  /// Version of the model that produced its data (-1: none).
+  std::int64_t model_version = -1;
+};
+
 /// DI-engine's OnlineRLContext: what one iteration of a pipeline reads and
 /// writes. `renew()` starts the next iteration and keeps only the fields
 /// DI-engine keeps.
@@ -42,6 +55,9 @@ struct context {
   std::string wandb_url;
   /// Version of the model the node currently holds (-1: none).
   std::int64_t model_version = -1;
+  /// The deltas a learner's context exchanger merged into this iteration,
+  /// in the order it applied them (what --dice.record writes down).
+  std::vector<merged_delta> merged_deltas;
   /// Per-iteration scratch space for user middleware (train_output,
   /// collect_kwargs, ...); cleared by renew().
   std::map<std::string, std::any> scratch;
