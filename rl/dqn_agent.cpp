@@ -6,6 +6,7 @@
 #include "dice/core/errc.hpp"
 #include "dice/logging/log.hpp"
 #include "dice/rl/exchange.hpp"
+#include "dice/rl/replay.hpp"
 #include "dice/torch/model.hpp"
 
 #include "caf/config_option_adder.hpp"
@@ -87,6 +88,8 @@ caf::expected<dqn_run_options> dqn_run_config::resolve() const {
   x.resume = resume;
   x.verify_every = verify_every;
   x.eval = eval();
+  x.record = record;
+  x.record_max_bytes = static_cast<std::uint64_t>(record_max_bytes);
   return x;
 }
 
@@ -97,6 +100,8 @@ std::optional<int> dqn_run_config::run_instead(caf::actor_system&) const {
     return 2;
   }
   torch::set_num_threads(static_cast<int>(threads));
+  if (!replay.empty())
+    return print_replay(replay_dqn(*this), replay);
   if (eval_only.empty())
     return std::nullopt;
   auto shape = dqn_env_shape(make_env);
@@ -207,10 +212,25 @@ model_port_ptr dqn_agent::model() const {
 }
 
 middleware dqn_agent::train(std::shared_ptr<learner_group_member> member) {
+  bool record = !opts_.record.empty();
+  if (record && member)
+    throw std::runtime_error("--dice.record: a learner group is not recorded "
+                             "(one learner only)");
+  if (record && opts_.resume)
+    throw std::runtime_error("--dice.record: a resumed learner is not "
+                             "recorded (it starts from its initial weights)");
   auto m = dqn_trainer(net_, opts_, out_, std::move(member));
   if (!m)
     throw std::runtime_error(render(m.error()));
-  return std::move(*m);
+  if (!record)
+    return std::move(*m);
+  record_start start;
+  start.algo = "dqn";
+  start.seed = opts_.seed;
+  start.node = node_;
+  start.options = dqn_record_options(opts_);
+  return record_train(std::move(*m), opts_.record, opts_.record_max_bytes,
+                      std::move(start), net_.ptr());
 }
 
 middleware dqn_agent::evaluate() {

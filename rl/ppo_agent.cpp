@@ -5,6 +5,7 @@
 #include "dice/core/errc.hpp"
 #include "dice/logging/log.hpp"
 #include "dice/rl/exchange.hpp"
+#include "dice/rl/replay.hpp"
 #include "dice/torch/model.hpp"
 
 #include <fstream>
@@ -44,6 +45,8 @@ caf::expected<ppo_agent_options> ppo_agent_options_of(const run_config& cfg,
   x.outputs = cfg.outputs(std::move(title));
   x.models = cfg.models;
   x.threads = cfg.threads;
+  x.record = cfg.record;
+  x.record_max_bytes = static_cast<std::uint64_t>(cfg.record_max_bytes);
   return x;
 }
 
@@ -134,7 +137,21 @@ void use_ppo(node_setup& n, const ppo_agent_options& opts,
       auto train = opts.train;
       train.ppo = opts.ppo;
       train.resume = resume;
-      n.use(ppo_trainer(net, train, out));
+      if (opts.record.empty()) {
+        n.use(ppo_trainer(net, train, out));
+      } else {
+        if (resume)
+          throw std::runtime_error("--dice.record: a resumed learner is not "
+                                   "recorded (it starts from its initial "
+                                   "weights)");
+        record_start start;
+        start.algo = "ppo";
+        start.seed = opts.seed;
+        start.node = n.id();
+        start.options = ppo_record_options(opts);
+        n.use(record_train(ppo_trainer(net, train, out), opts.record,
+                           opts.record_max_bytes, std::move(start), net.ptr()));
+      }
       // Without an evaluator node the learner evaluates.
       if (!n.cluster_has(role::evaluator))
         n.use(ppo_evaluate(out, net, opts, make_env, true));
@@ -208,6 +225,8 @@ std::optional<int> ppo_run_config::run_instead(caf::actor_system&) const {
     return 2;
   }
   torch::set_num_threads(static_cast<int>(threads));
+  if (!replay.empty())
+    return print_replay(replay_ppo(*this, ppo, make_env), replay);
   return ppo_eval_only(*this, ppo, make_env);
 }
 

@@ -48,6 +48,15 @@ run_config::run_config() {
          "learner iterations between models (periodical)")
     .add(models.stale_toleration, "stale-toleration",
          "collector iterations one model may serve (periodical)");
+  opt_group{custom_options_, "dice"}
+    .add(record, "record",
+         "the learner records what it applied, in order, in DIR "
+         "(docs/replay.md)")
+    .add(record_max_bytes, "record-max-bytes",
+         "the record ends here, marked as cut; the run goes on (0: no limit)")
+    .add(replay, "replay",
+         "run the learner alone from the record in DIR, checking its weights "
+         "after every iteration, and exit");
 }
 
 std::vector<std::int64_t> run_config::hidden_sizes() const {
@@ -101,6 +110,13 @@ caf::error run_config::validate() const {
     return bad("--threads must be at least 1");
   if (models.period < 1 || models.stale_toleration < 1)
     return bad("--model-period and --stale-toleration must be at least 1");
+  if (record_max_bytes < 0)
+    return bad("--dice.record-max-bytes must be 0 (no limit) or more");
+  if (!record.empty() && !replay.empty())
+    return bad("--dice.record and --dice.replay exclude each other");
+  if (!record.empty() && resume)
+    return bad("--dice.record records a learner from its initial weights, "
+               "not a resumed one (--resume)");
   return caf::none;
 }
 

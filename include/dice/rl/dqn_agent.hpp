@@ -67,6 +67,10 @@ struct dqn_run_options {
   /// How a user runs the same program again with --resume (told when a
   /// learner group lost rank 0).
   std::string resume_command;
+  /// The learner records what it applied here (--dice.record; empty: no).
+  std::string record;
+  /// The record's bound in bytes (0: none).
+  std::uint64_t record_max_bytes = 0;
   /// The evaluator's settings.
   eval_options eval;
 };

@@ -181,6 +181,10 @@ struct ppo_agent_options {
   std::uint64_t seed = 0;
   /// LibTorch intra-op threads of the process.
   std::int64_t threads = 1;
+  /// The learner records what it applied here (--dice.record; empty: no).
+  std::string record;
+  /// The record's bound in bytes (0: none).
+  std::uint64_t record_max_bytes = 0;
 };
 
 /// The settings of `cfg` (seed, limits, outputs, evaluation, collectors'

@@ -15,6 +15,8 @@
 #include "dice/rl/outputs.hpp"
 #include "dice/rl/ppo.hpp"
 #include "dice/rl/ppo_agent.hpp"
+#include "dice/rl/record.hpp"
+#include "dice/rl/replay.hpp"
 #include "dice/rl/replay_buffer.hpp"
 #include "dice/rl/returns.hpp"
 #include "dice/rl/run_config.hpp"

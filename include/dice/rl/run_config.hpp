@@ -80,6 +80,12 @@ class run_config : public dice::run_config {
   std::string on_env_error = "reset";
   /// --periodical, --model-period, --stale-toleration.
   model_exchange_options models;
+  /// --dice.record=DIR: the learner records what it applied (replay.hpp).
+  std::string record;
+  /// --dice.record-max-bytes: the record's bound (0: none).
+  std::int64_t record_max_bytes = 0;
+  /// --dice.replay=DIR: run the learner alone from that record and exit.
+  std::string replay;
 
   /// The hidden layer widths (`layers` times `hidden`).
   std::vector<std::int64_t> hidden_sizes() const;
