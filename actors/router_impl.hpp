@@ -96,6 +96,19 @@ std::vector<std::uint32_t> relay_route(router_ptr self,
                                        const std::string& topic,
                                        std::uint32_t sender,
                                        const caf::message& msg);
+// After the direct sends of a star probe round (router_relay_auto.cpp): one
+// echo request per receiver, answered once the snapshot was delivered.
+void relay_direct_sent(router_ptr self);
+// Which way auto mode sends a round to `receivers` peers, and whether it is
+// a timed probe (router_relay_auto.cpp).
+struct relay_plan {
+  router_relay_round::probe_kind way = router_relay_round::probe_kind::tree;
+  bool probe = false;
+};
+relay_plan relay_auto_plan(router_ptr self, std::size_t receivers);
+// A round is settled (all confirmed, or its deadline passed): a probe's
+// time counts, and the last probe of a series decides.
+void relay_settled(router_ptr self, const router_relay_round& r);
 void relay_deadline(router_ptr self, std::uint32_t round);
 void relay_peer_lost(router_ptr self, std::uint32_t node);
 void peer_relay_report(router_ptr self, const router_peer& p,

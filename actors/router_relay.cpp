@@ -11,6 +11,12 @@
 // receiver that reports a mismatch, sits below a lost peer, or has not
 // confirmed by the deadline gets the bytes directly from the origin.
 //
+// Pipeline: the bytes travel as pieces of about 1 MiB (at most 16), one
+// data transfer each, tagged round .. round + pieces - 1; a relay forwards
+// each piece as soon as it has it, so a round costs about one transfer of
+// the model per level's fan-out plus a piece per level, not a whole
+// transfer per level (store and forward).
+//
 // Order: a receiver claims the round's bytes with `await`, as for a direct
 // data reference, so the snapshot keeps its place among the origin's
 // messages; the claim takes the first bytes tagged with the round from its
@@ -18,12 +24,29 @@
 // leaves it waiting for anything but the origin.
 #include "router_impl.hpp"
 
+#include <cstring>
+
 namespace dice::router_detail {
 
 namespace {
 
 // Most children a relay reference may name.
 constexpr std::size_t max_relay_fanout = 8;
+
+// Most pieces a round's bytes travel in, and the least bytes a piece holds.
+constexpr std::uint32_t max_relay_pieces = 16;
+constexpr std::size_t min_relay_piece = std::size_t{1} << 20;
+
+// A receiver's claim of a relay round: the pieces it has so far.
+struct relay_claim {
+  std::shared_ptr<relay_reference> ref;
+  caf::actor origin;
+  std::uint32_t via = 0;
+  bool direct = false;
+  std::vector<shared_bytes> pieces;
+  // Children this node already reported it could not forward to.
+  std::vector<bool> reported;
+};
 
 // Sends round `round` directly to `node`, once (a receiver may ask twice:
 // its upstream was gone when the reference came, and the origin saw the
@@ -34,7 +57,12 @@ void send_direct(router_ptr self, router_relay_round& r, std::uint32_t round,
   if (!r.direct.insert(node).second)
     return;
   net::count_relay(net::relay_counter::fallback);
-  if (!st.cfg.data || !st.cfg.data->send(node, r.item, round)) {
+  bool sent = st.cfg.data != nullptr;
+  for (std::size_t j = 0; sent && j < r.pieces.size(); ++j)
+    sent = st.cfg.data
+             ->send(node, r.pieces[j], round + static_cast<std::uint32_t>(j))
+             .has_value();
+  if (!sent) {
     r.pending.erase(node);
     log::warning(st.cfg.node,
                  "cannot send relay round " + std::to_string(round)
@@ -68,65 +96,113 @@ void reroute_below(router_ptr self, router_relay_round& r, std::uint32_t round,
     send_direct(self, r, round, d);
 }
 
-void relay_received(router_ptr self, std::shared_ptr<relay_reference> ref,
-                    caf::actor origin, std::uint32_t via, shared_bytes bytes,
-                    bool direct);
+void relay_received(router_ptr self, std::shared_ptr<relay_claim> c,
+                    shared_bytes bytes);
+void piece_received(router_ptr self, std::shared_ptr<relay_claim> c,
+                    shared_bytes bytes);
 
-// Claims round `ref->round`'s bytes from `via` (handling nothing else until
-// they are there, so the snapshot keeps its place among the origin's
-// messages); on failure, drops the model and releases the round.
-void await_relayed(router_ptr self, std::shared_ptr<relay_reference> ref,
-                   caf::actor origin, std::uint32_t via, std::uint32_t from,
-                   bool direct) {
+// The data plane forgets the round's pieces from `via` and the origin.
+void settle_round(router_ptr self, const relay_reference& ref) {
+  caf::anon_send(self->state.cfg.data->inbox(), net::data_tag_done_atom::value,
+                 ref.upstream, ref.sender, ref.round + ref.pieces - 1);
+}
+
+// Claims the claim's next piece from its `via` or the origin (handling
+// nothing else until it is there, so the snapshot keeps its place among the
+// origin's messages); on failure, drops the model and releases the round.
+void await_piece(router_ptr self, std::shared_ptr<relay_claim> c) {
   auto dp = self->state.cfg.data;
   auto timeout = dp->config().io_timeout + std::chrono::seconds{1};
+  auto& ref = *c->ref;
+  auto tag = ref.round + static_cast<std::uint32_t>(c->pieces.size());
   self
-    ->request(dp->inbox(), timeout, net::data_take_tag_atom::value, via, from,
-              ref->round)
+    ->request(dp->inbox(), timeout, net::data_take_tag_atom::value, c->via,
+              ref.sender, tag)
     .await(
       [=](shared_bytes& bytes) {
-        relay_received(self, ref, origin, via, std::move(bytes), direct);
+        piece_received(self, c, std::move(bytes));
       },
       [=](caf::error& err) {
         log::warning(self->state.cfg.node,
-                     "dropped model v" + std::to_string(ref->header.version)
-                       + " from node " + std::to_string(from) + " on topic '"
-                       + ref->topic + "': " + render(err));
-        caf::anon_send(dp->inbox(), net::data_tag_done_atom::value,
-                       ref->upstream, from, ref->round);
+                     "dropped model v" + std::to_string(c->ref->header.version)
+                       + " from node " + std::to_string(c->ref->sender)
+                       + " on topic '" + c->ref->topic + "': " + render(err));
+        settle_round(self, *c->ref);
       });
 }
 
-// Delivers relayed bytes once their digest matches; else asks the origin.
-void relay_received(router_ptr self, std::shared_ptr<relay_reference> ref,
-                    caf::actor origin, std::uint32_t via, shared_bytes bytes,
-                    bool direct) {
+// Claims round `ref->round`'s pieces from `via` (or the origin), in order.
+void await_relayed(router_ptr self, std::shared_ptr<relay_reference> ref,
+                   caf::actor origin, std::uint32_t via, bool direct) {
+  auto c = std::make_shared<relay_claim>();
+  c->ref = std::move(ref);
+  c->origin = std::move(origin);
+  c->via = via;
+  c->direct = direct;
+  c->reported.assign(c->ref->children.size(), false);
+  c->pieces.reserve(c->ref->pieces);
+  await_piece(self, c);
+}
+
+// Forwards a piece at once (each child checks the digest for itself, and
+// the pipeline waits for no hash), then claims the next or checks the whole.
+void piece_received(router_ptr self, std::shared_ptr<relay_claim> c,
+                    shared_bytes bytes) {
   auto& st = self->state;
   auto dp = st.cfg.data;
   auto me = st.cfg.node;
-  auto from = ref->sender;
-  // Forward first: each child checks the digest for itself, and the
-  // pipeline does not wait for this node's hash.
-  if (!direct && !ref->children.empty()) {
+  auto& ref = *c->ref;
+  auto tag = ref.round + static_cast<std::uint32_t>(c->pieces.size());
+  if (!c->direct && !ref.children.empty()) {
     auto item = std::make_shared<const net::data_item>(bytes);
-    for (auto c : ref->children) {
-      if (c != from && c != me && dp->send(c, item, ref->round))
+    for (std::size_t i = 0; i < ref.children.size(); ++i) {
+      auto child = ref.children[i];
+      if (c->reported[i])
+        continue;
+      if (child != ref.sender && child != me && dp->send(child, item, tag)) {
         net::count_relay(net::relay_counter::forwarded);
-      else
-        to_peer(self, origin, relay_atom::value, ref->round, c, false);
+      } else {
+        c->reported[i] = true;
+        to_peer(self, c->origin, relay_atom::value, ref.round, child, false);
+      }
     }
   }
-  auto settle = [=] {
-    caf::anon_send(dp->inbox(), net::data_tag_done_atom::value, ref->upstream,
-                   from, ref->round);
-  };
+  c->pieces.push_back(std::move(bytes));
+  if (c->pieces.size() < ref.pieces) {
+    await_piece(self, c);
+    return;
+  }
+  if (c->pieces.size() == 1) {
+    relay_received(self, c, std::move(c->pieces.front()));
+    return;
+  }
+  std::size_t total = 0;
+  for (auto& x : c->pieces)
+    total += x.size();
+  writable_bytes whole{total};
+  std::size_t at = 0;
+  for (auto& x : c->pieces) {
+    std::memcpy(whole.data() + at, x.data(), x.size());
+    at += x.size();
+  }
+  c->pieces.clear();
+  relay_received(self, c, shared_bytes{std::move(whole)});
+}
+
+// Delivers relayed bytes once their digest matches; else asks the origin.
+void relay_received(router_ptr self, std::shared_ptr<relay_claim> c,
+                    shared_bytes bytes) {
+  auto& st = self->state;
+  auto me = st.cfg.node;
+  auto ref = c->ref;
+  auto from = ref->sender;
   if (sha256(bytes.data(), bytes.size()) == ref->digest) {
     auto header = ref->header;
     header.data = std::move(bytes);
     route(self, ref->topic, from,
           caf::make_message(ref->topic, std::move(header)), true);
-    to_peer(self, origin, relay_atom::value, ref->round, me, true);
-    settle();
+    to_peer(self, c->origin, relay_atom::value, ref->round, me, true);
+    settle_round(self, *ref);
     return;
   }
   net::count_relay(net::relay_counter::mismatch);
@@ -135,15 +211,15 @@ void relay_received(router_ptr self, std::shared_ptr<relay_reference> ref,
                "dropped relayed bytes of model v"
                  + std::to_string(ref->header.version) + " (round "
                  + std::to_string(ref->round) + ") from node "
-                 + std::to_string(via) + ": their SHA-256 is not node "
+                 + std::to_string(c->via) + ": their SHA-256 is not node "
                  + std::to_string(from) + "'s");
-  to_peer(self, origin, relay_atom::value, ref->round, me, false);
-  if (direct || via == from) {
-    settle();
+  to_peer(self, c->origin, relay_atom::value, ref->round, me, false);
+  if (c->direct || c->via == from) {
+    settle_round(self, *ref);
     return;
   }
   // The origin answers the report with the bytes itself.
-  await_relayed(self, ref, origin, from, from, true);
+  await_relayed(self, ref, c->origin, from, true);
 }
 
 } // namespace
@@ -154,7 +230,8 @@ std::vector<std::uint32_t> relay_route(router_ptr self,
                                        const caf::message& msg) {
   auto& st = self->state;
   auto& dp = st.cfg.data;
-  if (!st.cfg.relay || !dp || !dp->enabled() || sender != st.cfg.node
+  if (st.cfg.relay == relay_mode::off || !dp || !dp->enabled()
+      || sender != st.cfg.node
       || !msg.match_elements<std::string, model_snapshot>())
     return {};
   auto& x = msg.get_as<model_snapshot>(1);
@@ -170,9 +247,32 @@ std::vector<std::uint32_t> relay_route(router_ptr self,
   if (order.size() < std::max<std::size_t>(st.cfg.relay_min_peers, 1))
     return {};
   std::sort(order.begin(), order.end());
+  relay_plan plan;
+  if (st.cfg.relay == relay_mode::automatic)
+    plan = relay_auto_plan(self, order.size());
+  using probe_kind = router_relay_round::probe_kind;
+  if (plan.way == probe_kind::star && !plan.probe)
+    return {};
   auto round = ++st.relay_next;
   if (round == 0)
     round = ++st.relay_next;
+  if (plan.way == probe_kind::star) {
+    // A timed star round: the caller sends directly, then
+    // relay_direct_sent asks each receiver to echo; nothing is resent.
+    router_relay_round r;
+    r.topic = topic;
+    r.sender = sender;
+    r.started = std::chrono::steady_clock::now();
+    r.probe = probe_kind::star;
+    r.series = st.relay_auto.series;
+    r.pending.insert(order.begin(), order.end());
+    r.direct = r.pending;
+    st.relay_auto.star_round = round;
+    st.relay_rounds.emplace(round, std::move(r));
+    self->delayed_send(self, st.cfg.relay_deadline, tick_atom::value,
+                       relay_kind, static_cast<std::uint64_t>(round));
+    return {};
+  }
   // A tree of fan-out k in heap order: this node at the root, order[i] at
   // position i + 1; its children are order[k(i+1)] .. order[k(i+1)+k-1],
   // its upstream order[i/k - 1] (this node when i < k).
@@ -180,17 +280,45 @@ std::vector<std::uint32_t> relay_route(router_ptr self,
   router_relay_round r;
   r.topic = topic;
   r.sender = sender;
-  r.item = std::make_shared<const net::data_item>(x.data);
+  // Pieces of about 1 MiB (at most 16): copied once here, so that relays
+  // forward each while the next arrives.
+  auto size = x.data.size();
+  auto pieces = static_cast<std::uint32_t>(std::clamp<std::size_t>(
+    (size + min_relay_piece - 1) / min_relay_piece, 1, max_relay_pieces));
+  if (pieces == 1) {
+    r.pieces.push_back(std::make_shared<const net::data_item>(x.data));
+  } else {
+    auto step = (size + pieces - 1) / pieces;
+    for (std::size_t at = 0; at < size; at += step) {
+      auto n = std::min(step, size - at);
+      writable_bytes piece{n};
+      std::memcpy(piece.data(), x.data.data() + at, n);
+      r.pieces.push_back(
+        std::make_shared<const net::data_item>(shared_bytes{std::move(piece)}));
+    }
+    pieces = static_cast<std::uint32_t>(r.pieces.size());
+  }
+  // The round's pieces take the tags round .. round + pieces - 1.
+  st.relay_next += pieces - 1;
+  r.started = std::chrono::steady_clock::now();
+  if (plan.probe) {
+    r.probe = probe_kind::tree;
+    r.series = st.relay_auto.series;
+  }
   for (std::size_t i = 0; i < order.size(); ++i) {
     r.upstream.emplace(order[i], i < k ? st.cfg.node : order[i / k - 1]);
     r.pending.insert(order[i]);
   }
   // The bytes first: the writers start while this node hashes them.
-  for (std::size_t i = 0; i < std::min(k, order.size()); ++i)
-    if (!dp->send(order[i], r.item, round)) {
+  for (std::size_t i = 0; i < std::min(k, order.size()); ++i) {
+    bool sent = true;
+    for (std::uint32_t j = 0; sent && j < pieces; ++j)
+      sent = dp->send(order[i], r.pieces[j], round + j).has_value();
+    if (!sent) {
       send_direct(self, r, round, order[i]);
       reroute_below(self, r, round, order[i]);
     }
+  }
   auto digest = sha256(x.data.data(), x.data.size());
   auto header = x;
   header.data = shared_bytes{};
@@ -199,6 +327,7 @@ std::vector<std::uint32_t> relay_route(router_ptr self,
     ref.topic = topic;
     ref.sender = sender;
     ref.round = round;
+    ref.pieces = pieces;
     ref.digest = digest;
     ref.upstream = r.upstream[order[i]];
     for (auto c = k * (i + 1); c < std::min(k * (i + 2), order.size()); ++c)
@@ -225,6 +354,12 @@ void relay_deadline(router_ptr self, std::uint32_t round) {
   if (i == st.relay_rounds.end())
     return;
   auto& r = i->second;
+  if (r.probe == router_relay_round::probe_kind::star) {
+    // A star probe resends nothing: it only took this long (or longer).
+    relay_settled(self, r);
+    st.relay_rounds.erase(i);
+    return;
+  }
   std::vector<std::uint32_t> late;
   for (auto d : r.pending)
     if (r.direct.count(d) == 0)
@@ -235,6 +370,7 @@ void relay_deadline(router_ptr self, std::uint32_t round) {
                      + std::to_string(round) + ", sent to it directly");
   for (auto d : late)
     send_direct(self, r, round, d);
+  relay_settled(self, r);
   st.relay_rounds.erase(i);
 }
 
@@ -244,10 +380,12 @@ void relay_peer_lost(router_ptr self, std::uint32_t node) {
     auto& r = i->second;
     r.pending.erase(node);
     reroute_below(self, r, i->first, node);
-    if (r.pending.empty())
+    if (r.pending.empty()) {
+      relay_settled(self, r);
       i = st.relay_rounds.erase(i);
-    else
+    } else {
       ++i;
+    }
   }
 }
 
@@ -255,6 +393,12 @@ void peer_relay_report(router_ptr self, const router_peer& p,
                        const caf::strong_actor_ptr& src, std::uint32_t round,
                        std::uint32_t node, bool ok) {
   auto& st = self->state;
+  if (node == st.cfg.node && node != p.node) {
+    // The origin's echo request of a star probe: this router handles it
+    // only after the snapshot sent before it, so the answer times that.
+    to_peer(self, p.handle, relay_atom::value, round, node, true);
+    return;
+  }
   auto i = st.relay_rounds.find(round);
   if (i == st.relay_rounds.end())
     return; // settled already
@@ -281,8 +425,10 @@ void peer_relay_report(router_ptr self, const router_peer& p,
       reroute_below(self, r, round, node);
     }
   }
-  if (r.pending.empty())
+  if (r.pending.empty()) {
+    relay_settled(self, r);
     st.relay_rounds.erase(i);
+  }
 }
 
 void peer_relay_reference(router_ptr self, const router_peer& p,
@@ -307,7 +453,8 @@ void peer_relay_reference(router_ptr self, const router_peer& p,
          "a topic this node never subscribed to");
     return;
   }
-  if (x.round == 0 || x.digest.size() != 32
+  if (x.round == 0 || x.pieces == 0 || x.pieces > max_relay_pieces
+      || x.round + (x.pieces - 1) < x.round || x.digest.size() != 32
       || x.children.size() > max_relay_fanout || x.upstream == st.cfg.node) {
     drop(self, trust_event::message_rejected, src, what, "it is malformed");
     return;
@@ -321,7 +468,7 @@ void peer_relay_reference(router_ptr self, const router_peer& p,
     via = from;
   }
   auto ref = std::make_shared<relay_reference>(std::move(x));
-  await_relayed(self, ref, origin, via, from, false);
+  await_relayed(self, ref, origin, via, false);
 }
 
 } // namespace dice::router_detail

@@ -155,6 +155,7 @@ void route(router_ptr self, const std::string& topic, std::uint32_t sender,
       if (std::find(relayed.begin(), relayed.end(), p.node) == relayed.end())
         forward_to_peer(self, p.handle, p.node, topic, sender, msg, forms);
     }
+  relay_direct_sent(self); // a star probe's echo requests, after its sends
   if (!any)
     hold(self, topic, sender, msg);
 }

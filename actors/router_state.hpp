@@ -10,6 +10,7 @@
 #include "caf/response_promise.hpp"
 #include "caf/stateful_actor.hpp"
 
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -26,14 +27,45 @@ struct router_relay_round {
   /// Topic and publisher of the snapshot.
   std::string topic;
   std::uint32_t sender = 0;
-  /// The bytes (and their transport checksum), for direct sends.
-  std::shared_ptr<const net::data_item> item;
+  /// The bytes in pieces (and their transport checksums), for direct
+  /// sends: piece j is tagged round + j.
+  std::vector<std::shared_ptr<const net::data_item>> pieces;
   /// Each receiver's upstream (this node or another receiver).
   std::map<std::uint32_t, std::uint32_t> upstream;
   /// Receivers that have not confirmed delivery.
   std::set<std::uint32_t> pending;
   /// Receivers this node already sent the bytes directly.
   std::set<std::uint32_t> direct;
+  /// When the round started (auto mode times its probes).
+  std::chrono::steady_clock::time_point started;
+  /// An auto-mode probe: none, of the tree, or of the star (direct sends
+  /// followed by an echo request each; `pending` awaits the echoes).
+  enum class probe_kind : std::uint8_t { none, tree, star };
+  probe_kind probe = probe_kind::none;
+  /// The probe series it belongs to (`router_relay_auto::series`).
+  std::uint64_t series = 0;
+};
+
+/// Auto relay mode (router_relay_auto.cpp): what the origin measured and
+/// chose.
+struct router_relay_auto {
+  /// Receivers the figures are for (a change starts a new probe).
+  std::size_t receivers = 0;
+  /// Seconds a probe round of each way took, completed probes only.
+  std::vector<double> tree_s;
+  std::vector<double> star_s;
+  /// Probe rounds started since the last decision.
+  std::size_t probes = 0;
+  /// The way chosen (none: probing), and the one before a new probe.
+  router_relay_round::probe_kind choice = router_relay_round::probe_kind::none;
+  router_relay_round::probe_kind previous = router_relay_round::probe_kind::
+    none;
+  /// Rounds since the decision.
+  std::size_t rounds = 0;
+  /// A star probe round whose echo requests follow the direct sends.
+  std::uint32_t star_round = 0;
+  /// Bumped whenever the figures start over (older probes are ignored).
+  std::uint64_t series = 0;
 };
 
 /// One subscriber of a topic.
@@ -147,6 +179,8 @@ struct router_state {
   std::map<std::uint32_t, router_relay_round> relay_rounds;
   /// The last relay round this node started.
   std::uint32_t relay_next = 0;
+  /// Auto relay mode's probes and choice.
+  router_relay_auto relay_auto;
   /// Forwards waiting per peer gate.
   std::map<caf::actor_addr, router_outbox> outboxes;
   /// A (flush) to itself is in the mailbox.

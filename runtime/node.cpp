@@ -72,7 +72,7 @@ caf::expected<node> node::start(caf::actor_system& sys, node_config cfg) {
     bc.data = result.data_;
     // Relays need members connected to each other: a mesh (dice-launch's
     // default). A star, or peers attached by hand, keep the direct path.
-    bc.relay = c.relay && c.topo == topology::mesh;
+    bc.relay = c.topo == topology::mesh ? c.relay : relay_mode::off;
     bc.relay_deadline = c.relay_deadline;
     bc.relay_fanout = c.relay_fanout;
   }

@@ -251,7 +251,12 @@ caf::expected<node_config> make_node_config(const node_system_config& cfg) {
     result.restart_count = static_cast<std::int64_t>(n);
   }
   result.data_channel = cfg.data_channel;
-  result.relay = cfg.relay;
+  if (auto mode = parse_relay_mode(cfg.relay))
+    result.relay = *mode;
+  else
+    return make_error(errc::invalid_config,
+                      "bad dice.relay '" + cfg.relay
+                        + "' (auto, true or false)");
   result.coalesce = cfg.coalesce;
   if (!cfg.secret_file.empty()) {
     auto secret = load_secret(cfg.secret_file);

@@ -60,8 +60,9 @@ node_system_config::node_system_config() {
          "(false: BASP only)")
     .add(relay, "relay",
          "in a mesh, send large snapshots to 3 or more remote peers down a "
-         "relay tree of them, each byte leaving this node about once "
-         "(false: one copy per peer)")
+         "relay tree of them, each byte leaving this node about once: auto "
+         "(whichever this node measures faster), true or false (one copy "
+         "per peer)")
     .add(coalesce, "coalesce",
          "send forwards that queue for a peer while the router is busy as "
          "one message (false: one BASP message each)")

@@ -67,17 +67,19 @@ int mesh_collector(caf::actor_system& sys, dice::node& dn) {
   auto n = static_cast<std::uint32_t>(num("collectors", 1));
   auto router = dn.router();
   caf::scoped_actor self{sys};
-  auto attach = [&](std::uint16_t port) {
-    self->send(router, dice::attach_atom::value, std::string{"127.0.0.1"},
-               port);
+  auto attach = [&](long peer, std::uint16_t port) {
+    self->send(router, dice::attach_atom::value, relay_host(peer), port);
   };
-  attach(static_cast<std::uint16_t>(num("port", 0)));
+  attach(0, static_cast<std::uint16_t>(num("port", 0)));
+  // --peers: the ports of collectors 1, 2, .. (those started before it).
   auto peers = arg("peers", "");
-  for (std::size_t at = 0; at < peers.size();) {
+  long peer = 1;
+  for (std::size_t at = 0; at < peers.size(); ++peer) {
     auto end = peers.find(',', at);
     if (end == std::string::npos)
       end = peers.size();
-    attach(static_cast<std::uint16_t>(std::stoul(peers.substr(at, end - at))));
+    attach(peer,
+           static_cast<std::uint16_t>(std::stoul(peers.substr(at, end - at))));
     at = end + 1;
   }
   bool ok = true;
@@ -120,6 +122,8 @@ int collector_main() {
     // the learner its port.
     auto nc = node_settings(node, true, "data");
     nc.topo = dice::topology::mesh;
+    nc.host = relay_host(node);
+    nc.insecure = !arg("hosts", "").empty(); // namespaces of their own
     if (auto n = dice::node::start(sys, nc)) {
       dn = std::move(*n);
       dn->data_plane()->set_same_host(false);

@@ -12,9 +12,11 @@
 //   P]
 //     nodes as in the snapshot mode (the learner behind dice's listener and
 //     preamble, collectors dialling it), deltas of B transitions of K floats.
-//   remote_bench relay --collectors N --size S --rounds R [--relay 0|1]
-//     [--kill K] [--deadline S] [--fanout K]: collectors in a mesh, the relay
-//     broadcast on or off (relay.cpp says more)
+//   remote_bench relay --collectors N --size S --rounds R [--relay 0|1|auto]
+//     [--kill K] [--deadline S] [--fanout K] [--hosts A0,A1,..]
+//     [--netns NS1,..]: collectors in a mesh, the relay broadcast on, off or
+//     chosen by measurement, on loopback or one host (network namespace)
+//     each (relay.cpp says more)
 // The parent is the learner; it forks N collector processes (this same
 // binary) that attach to its router on an ephemeral port. One JSON line out.
 //
@@ -57,7 +59,12 @@ const std::vector<dice::bench::option_spec> specs{
   {"seconds", value_kind::real, "context: seconds counted (3)"},
   {"window", value_kind::integer,
    "context: deltas a collector keeps in flight (8)"},
-  {"relay", value_kind::integer, "relay: broadcast on (1, default) or off (0)"},
+  {"relay", value_kind::text,
+   "relay: broadcast on (1, default), off (0) or auto (chosen by measurement)"},
+  {"hosts", value_kind::text,
+   "relay: the learner's address, then each collector's (default: loopback)"},
+  {"netns", value_kind::text,
+   "relay: each collector's network namespace (run with ip netns exec)"},
   {"kill", value_kind::integer,
    "relay: collector K stops, then dies mid-run (0: none)"},
   {"deadline", value_kind::integer, "relay: the relay deadline in seconds (5)"},

@@ -9,7 +9,12 @@
 // first collector acked that round, so its subtree is waiting on it; every
 // other collector must still ack every version, once and in order.
 // --deadline S: the learner's relay deadline (default 5 s); --fanout K:
-// children per node of the relay tree (default 2; 1 is a chain).
+// children per node of the relay tree (default 2; 1 is a chain). --relay
+// auto: the learner times both ways and keeps the faster (the JSON says
+// which). --hosts A0,A1,..,AN: the learner listens on A0 and collector i on
+// Ai (default: all on 127.0.0.1); --netns NS1,..,NSN: collector i runs in
+// network namespace NSi (`ip netns exec`; the learner is run in its own by
+// the caller: scripts/netns-hosts sets such hosts up).
 // Also the process behind tests/net/relay_process_test.cpp.
 
 #include "dice/actors/router.hpp"
@@ -40,6 +45,19 @@
 namespace dice::bench::remote {
 
 namespace {
+
+// "a,b,c" as {a, b, c}.
+std::vector<std::string> split(const std::string& text) {
+  std::vector<std::string> xs;
+  for (std::size_t at = 0; at < text.size();) {
+    auto end = text.find(',', at);
+    if (end == std::string::npos)
+      end = text.size();
+    xs.push_back(text.substr(at, end - at));
+    at = end + 1;
+  }
+  return xs;
+}
 
 // Reads the child's "listening on port P" line (30 s at most), then copies
 // the rest of its output to stderr on a thread, so the pipe never fills.
@@ -82,10 +100,24 @@ std::optional<std::vector<pid_t>> start_mesh(int argc, char** argv, long n,
                                              std::uint16_t port) {
   std::vector<pid_t> pids;
   std::string peers;
+  auto netns = split(arg("netns", ""));
+  // `ip netns exec` runs the program by its path (/proc/self/exe would
+  // then name ip).
+  char exe[4096];
+  auto len = ::readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+  if (len <= 0)
+    return std::nullopt;
+  exe[len] = 0;
   for (long i = 0; i < n; ++i) {
     dice::process::spawn_options opts;
     opts.argv = collector_argv(argc, argv, port, i + 1);
     opts.argv.insert(opts.argv.end(), {"--path", "data", "--mesh", "1"});
+    if (!netns.empty()) {
+      opts.argv[0] = exe;
+      opts.argv.insert(opts.argv.begin(),
+                       {"ip", "netns", "exec",
+                        netns.at(static_cast<std::size_t>(i))});
+    }
     if (!peers.empty())
       opts.argv.insert(opts.argv.end(), {"--peers", peers});
     opts.output = dice::process::capture::merged;
@@ -108,11 +140,33 @@ std::optional<std::vector<pid_t>> start_mesh(int argc, char** argv, long n,
 
 } // namespace
 
+std::string relay_host(long node) {
+  auto hosts = split(arg("hosts", ""));
+  if (hosts.empty())
+    return "127.0.0.1";
+  return hosts.at(static_cast<std::size_t>(node));
+}
+
 int relay_main(int argc, char** argv) {
   auto n = num("collectors", 8);
+  auto hosts = split(arg("hosts", ""));
+  auto netns = split(arg("netns", ""));
+  if ((!hosts.empty() && hosts.size() != static_cast<std::size_t>(n + 1))
+      || (!netns.empty() && netns.size() != static_cast<std::size_t>(n))) {
+    std::fprintf(stderr,
+                 "remote_bench relay: --hosts needs the learner's "
+                 "address and one per collector, --netns one "
+                 "namespace per collector\n");
+    return 1;
+  }
   auto size = num("size", 6'800'000);
   auto rounds = num("rounds", 10);
-  auto relay = num("relay", 1) != 0;
+  auto relay_text = arg("relay", "1");
+  auto relay = dice::parse_relay_mode(relay_text);
+  if (!relay) {
+    std::fprintf(stderr, "remote_bench relay: --relay 0, 1 or auto\n");
+    return 1;
+  }
   auto kill = num("kill", 0);
   auto deadline = num("deadline", 5);
   auto fanout = num("fanout", 2);
@@ -120,7 +174,10 @@ int relay_main(int argc, char** argv) {
   caf::actor_system sys{cfg};
   auto nc = node_settings(0, true, "data");
   nc.topo = dice::topology::mesh;
-  nc.relay = relay;
+  nc.relay = *relay;
+  nc.host = relay_host(0);
+  // Namespaces of their own: no one else reaches these addresses.
+  nc.insecure = !hosts.empty();
   nc.relay_deadline = std::chrono::seconds{deadline};
   nc.relay_fanout = static_cast<std::size_t>(fanout);
   std::cout.setstate(std::ios::failbit); // its "listening on" line
@@ -166,6 +223,7 @@ int relay_main(int argc, char** argv) {
   std::vector<double> times;
   auto total = rounds + 2;
   auto stats0 = dice::net::data_stats();
+  auto choices0 = dice::relay_choices();
   bool digests_equal = true;
   std::uint32_t killed = 0;
   for (long r = 0; r < total; ++r) {
@@ -218,6 +276,7 @@ int relay_main(int argc, char** argv) {
       times.push_back(secs(clk::now() - t0));
   }
   auto stats1 = dice::net::data_stats();
+  auto choices = dice::relay_choices();
   stop_all(pids);
   // Every survivor got every version, once, in order.
   bool complete = true;
@@ -238,7 +297,8 @@ int relay_main(int argc, char** argv) {
     / static_cast<double>(rounds);
   print_json(
     {{"mode", "relay"},
-     {"relay", relay},
+     {"relay", relay_text},
+     {"hosts", hosts.empty() ? "loopback" : "one each"},
      {"collectors", n},
      {"fanout", fanout},
      {"size", size},
@@ -250,7 +310,9 @@ int relay_main(int argc, char** argv) {
      {"relay_fallbacks", stats1.relay_fallbacks - stats0.relay_fallbacks},
      {"digests_equal", digests_equal},
      {"killed", killed},
-     {"survivors_complete", complete}});
+     {"survivors_complete", complete},
+     {"auto_tree_choices", choices.tree - choices0.tree},
+     {"auto_star_choices", choices.star - choices0.star}});
   dn->stop();
   return 0;
 }

@@ -83,6 +83,10 @@ start_collectors(caf::scoped_actor& self, const dice::router_actor& router,
                  int argc, char** argv, std::vector<std::string> extra, long n,
                  std::uint16_t port);
 
+/// relay: the address of node `node` (0: the learner) from --hosts, or
+/// 127.0.0.1.
+std::string relay_host(long node);
+
 /// Ends the collectors and waits for them.
 void stop_all(const std::vector<pid_t>& pids);
 

@@ -6,6 +6,7 @@
 
 #include "dice/messages/model_snapshot.hpp"
 #include "dice/runtime/node.hpp"
+#include "dice/runtime/node_config.hpp"
 #include "dice/type_ids.hpp"
 #include "net/data_plane.hpp"
 
@@ -19,6 +20,7 @@
 #include <deque>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -40,6 +42,22 @@ dice::model_snapshot make_model(std::int64_t version, bool flip = false) {
   return b.build(0, 1, version, 0);
 }
 
+// `bytes` as the relay sends them: in two pieces (2 MB is between 1 and 2
+// MiB), the first ceil(n / 2) bytes and the rest.
+std::vector<std::shared_ptr<const dice::net::data_item>>
+halves(const dice::shared_bytes& bytes) {
+  std::vector<std::shared_ptr<const dice::net::data_item>> result;
+  auto n = bytes.size();
+  auto step = (n + 1) / 2;
+  for (std::size_t at = 0; at < n; at += step) {
+    std::vector<std::uint8_t> part(bytes.data() + at,
+                                   bytes.data() + std::min(n, at + step));
+    result.push_back(std::make_shared<const dice::net::data_item>(
+      dice::shared_bytes{std::move(part)}));
+  }
+  return result;
+}
+
 bool same_bytes(const dice::model_snapshot& x, const dice::model_snapshot& y) {
   return x.version == y.version && x.data.size() == y.data.size()
     && std::memcmp(x.data.data(), y.data.data(), x.data.size()) == 0;
@@ -51,8 +69,8 @@ class Relay : public ::testing::Test {
     return caf::actor_cast<caf::abstract_actor*>(n.router())->home_system();
   }
 
-  // Node `id`: listening on loopback, in a mesh (relay on unless `relay` is
-  // false), bytes on the
+  // Node `id`: listening on loopback, in a mesh (relay forced on unless
+  // `relay` is false: auto mode would time its own choice), bytes on the
   // data connections (no same-host shortcut), a member on "model" except
   // on the learner (node 0).
   dice::node& start(std::uint32_t id, bool relay = true) {
@@ -64,7 +82,7 @@ class Relay : public ::testing::Test {
     nc.listen = true;
     nc.host = "127.0.0.1";
     nc.topo = dice::topology::mesh;
-    nc.relay = relay;
+    nc.relay = relay ? dice::relay_mode::on : dice::relay_mode::off;
     nc.peer_loss_timeout = 1h;
     nc.secret = "0123456789abcdef0123456789abcdef";
     auto n = dice::node::start(*systems_.back(), std::move(nc));
@@ -152,10 +170,11 @@ class Relay : public ::testing::Test {
 
 // Node 1 is a relay (heap order: the learner feeds 1 and 2, node 1 feeds 3
 // and 4). As an attacker it sends its children, under the learner's first
-// two rounds, model v1 with one byte flipped and v1's bytes as round 2
-// (another version's bytes). Without the digest check nodes 3 and 4
-// delivered both forgeries (recorded in docs/trust.md); with it each is
-// dropped and counted, and the learner sends the right bytes directly.
+// two rounds (2 pieces each: tags 1-2 and 3-4), model v1 with one byte
+// flipped and v1's bytes as round 2 (another version's bytes). Without the
+// digest check nodes 3 and 4 delivered both forgeries (recorded in
+// docs/trust.md); with it each is dropped and counted, and the learner sends
+// the right bytes directly.
 TEST_F(Relay, ForgedRelayBytesAreDroppedAndTheLearnerSendsDirectly) {
   for (std::uint32_t id = 0; id <= 4; ++id)
     start(id);
@@ -163,13 +182,15 @@ TEST_F(Relay, ForgedRelayBytesAreDroppedAndTheLearnerSendsDirectly) {
   auto before = dice::net::data_stats();
   auto v1 = make_model(1);
   auto v2 = make_model(2);
-  auto forged1 = std::make_shared<const dice::net::data_item>(
-    make_model(1, true).data);
-  auto stale2 = std::make_shared<const dice::net::data_item>(v1.data);
+  auto forged1 = halves(make_model(1, true).data);
+  auto stale2 = halves(v1.data);
+  ASSERT_EQ(forged1.size(), 2u);
   auto& attacker = *nodes_[1].data_plane();
   for (std::uint32_t victim : {3u, 4u}) {
-    ASSERT_TRUE(attacker.send(victim, forged1, 1));
-    ASSERT_TRUE(attacker.send(victim, stale2, 2));
+    ASSERT_TRUE(attacker.send(victim, forged1[0], 1));
+    ASSERT_TRUE(attacker.send(victim, forged1[1], 2));
+    ASSERT_TRUE(attacker.send(victim, stale2[0], 3));
+    ASSERT_TRUE(attacker.send(victim, stale2[1], 4));
   }
   publish(v1);
   publish(v2);
@@ -207,6 +228,40 @@ TEST_F(Relay, OffSendsOneCopyPerCollector) {
   auto after = dice::net::data_stats();
   EXPECT_EQ(after.relay_rounds - before.relay_rounds, 0u);
   EXPECT_EQ(after.transfers_sent - before.transfers_sent, 3u);
+}
+
+} // namespace
+
+namespace {
+
+struct relay_program_config : dice::node_system_config {};
+
+// --dice.relay: auto by default, true and false force it; anything else is
+// refused by name, before a node starts.
+TEST(RelayOption, AutoByDefaultTrueAndFalseForceItOtherValuesAreRefused) {
+  auto parse = [](std::vector<const char*> args) {
+    relay_program_config cfg;
+    args.insert(args.begin(), "prog");
+    EXPECT_FALSE(cfg.parse(static_cast<int>(args.size()),
+                           const_cast<char**>(args.data())));
+    return dice::make_node_config(cfg);
+  };
+  auto d = parse({});
+  ASSERT_TRUE(d) << dice::render(d.error());
+  EXPECT_EQ(d->relay, dice::relay_mode::automatic);
+  for (auto [arg, want] :
+       {std::pair{"--dice.relay=true", dice::relay_mode::on},
+        std::pair{"--dice.relay=false", dice::relay_mode::off},
+        std::pair{"--dice.relay=auto", dice::relay_mode::automatic}}) {
+    auto n = parse({arg});
+    ASSERT_TRUE(n) << arg << ": " << dice::render(n.error());
+    EXPECT_EQ(n->relay, want) << arg;
+  }
+  auto bad = parse({"--dice.relay=sometimes"});
+  ASSERT_FALSE(bad);
+  EXPECT_NE(dice::render(bad.error()).find("dice.relay 'sometimes'"),
+            std::string::npos)
+    << dice::render(bad.error());
 }
 
 } // namespace

@@ -1,5 +1,6 @@
 #pragma once
 
+#include "dice/actors/relay_mode.hpp"
 #include "dice/core/role.hpp"
 #include "dice/messages/detail/forward_batch.hpp"
 #include "dice/messages/detail/peer_hello.hpp"
@@ -152,8 +153,15 @@ struct router_config {
   /// least `relay_min_peers` remote peers with data connections (not
   /// same-host) reaches them through a tree of fan-out 2 of those peers,
   /// each forwarding on its data connections, instead of one copy each
-  /// from this node. False: `--dice.relay=false`, or a star topology.
-  bool relay = true;
+  /// from this node. Off: `--dice.relay=false`, or a star topology. Auto
+  /// (the default): the origin probes both ways (`relay_probes` rounds
+  /// each, alternating) and keeps the faster, probing again every
+  /// `relay_reprobe` rounds or when its number of receivers changes.
+  relay_mode relay = relay_mode::automatic;
+  /// Rounds of each way an auto probe times (the medians are compared).
+  std::size_t relay_probes = 3;
+  /// Rounds after an auto decision before the next probe.
+  std::size_t relay_reprobe = 200;
   /// Fewest such peers for which a relay pays.
   std::size_t relay_min_peers = 3;
   /// Children per node of the relay tree (1: a chain; at most 8). This

@@ -1,5 +1,6 @@
 #pragma once
 
+#include "dice/actors/relay_mode.hpp"
 #include "dice/core/role.hpp"
 #include "dice/security/auth.hpp"
 
@@ -129,8 +130,9 @@ struct node_config {
   bool data_channel = true;
   /// Large snapshots for many remote peers go down a relay tree of them
   /// (actors/router_relay.cpp); only in a mesh, where members are
-  /// connected to each other.
-  bool relay = true;
+  /// connected to each other. Auto: the relay or one copy per peer,
+  /// whichever this node measured faster.
+  relay_mode relay = relay_mode::automatic;
   /// Forwards that queue for a peer go as one batch
   /// (router_config::coalesce).
   bool coalesce = true;
@@ -207,8 +209,8 @@ class node_system_config : public caf::actor_system_config {
   bool insecure = false;
   /// dice.data-channel.
   bool data_channel = true;
-  /// dice.relay.
-  bool relay = true;
+  /// dice.relay: auto, true or false.
+  std::string relay = "auto";
   /// dice.coalesce.
   bool coalesce = true;
   /// dice.secret-file: a file holding the cluster secret.

@@ -29,8 +29,11 @@ namespace dice {
 /// queued for a peer while its router was busy travel as one
 /// `(forward, forward_batch)`, and same-host segments are recycled and
 /// sealed against resizing only (net/data_shm.hpp; magic `DICESHM2`, the
-/// tag is checked again after the copy).
-inline constexpr std::uint32_t router_protocol_version = 9;
+/// tag is checked again after the copy). 10: a relay round's bytes travel
+/// in pieces (`relay_reference::pieces`, one tag each) that relays forward
+/// as they arrive, and an origin in auto relay mode asks receivers to echo
+/// `(relay, round, node, true)` after a direct send.
+inline constexpr std::uint32_t router_protocol_version = 10;
 
 /// The handshake between two nodes: who the node is, what it listens to,
 /// and whether its run is over.

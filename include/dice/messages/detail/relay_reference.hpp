@@ -19,8 +19,12 @@ struct relay_reference {
   std::string topic;
   /// The publishing node (the origin, which sends this reference).
   std::uint32_t sender = 0;
-  /// The origin's relay round (nonzero; the data transfer's tag).
+  /// The origin's relay round (nonzero): the tag of the bytes' first piece.
   std::uint32_t round = 0;
+  /// The bytes travel as this many pieces, tagged `round` ..
+  /// `round + pieces - 1`, so a relay forwards one piece while it receives
+  /// the next (a pipeline down the tree).
+  std::uint32_t pieces = 1;
   /// SHA-256 of the snapshot's bytes (32 raw bytes), computed once by the
   /// origin.
   std::string digest;
@@ -36,7 +40,7 @@ struct relay_reference {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, relay_reference& x) {
   return f(caf::meta::type_name("dice::relay_reference"), x.topic, x.sender,
-           x.round, x.digest, x.upstream, x.children, x.header);
+           x.round, x.pieces, x.digest, x.upstream, x.children, x.header);
 }
 
 } // namespace dice
