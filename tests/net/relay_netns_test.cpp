@@ -9,7 +9,6 @@
 
 #include "support/child_process.hpp"
 #include "support/netns_hosts.hpp"
-#include "support/launch.hpp"
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -20,10 +19,11 @@
 
 namespace {
 
-using dice::test::remote_bench;
+// bench/remote_bench, started as real nodes.
+const std::string remote_bench = std::string{DICE_BINARY_DIR}
+  + "/bin/remote_bench";
 
 using namespace std::chrono_literals;
-
 
 class RelayNetns : public ::testing::Test {
  protected:
@@ -48,9 +48,9 @@ class RelayNetns : public ::testing::Test {
     }
     dice::test::child_process p{
       hosts_.exec_in(0,
-                     {remote_bench, "relay", "--collectors", "8", "--size", "6800000",
-                      "--rounds", std::to_string(rounds), "--relay", relay,
-                      "--hosts", addrs, "--netns", spaces})};
+                     {remote_bench, "relay", "--collectors", "8", "--size",
+                      "6800000", "--rounds", std::to_string(rounds), "--relay",
+                      relay, "--hosts", addrs, "--netns", spaces})};
     std::smatch m;
     if (!p.wait_for(std::regex{R"(^\{"mode":"relay".*\}$)"}, 120s, &m)) {
       ADD_FAILURE() << "no result; output:\n" << p.text();
