@@ -6,6 +6,8 @@
 // (the long solves are manual, figures in docs/learner_group.md).
 
 #include "support/child_process.hpp"
+#include "support/files.hpp"
+#include "support/launch.hpp"
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
@@ -29,12 +31,9 @@ using dice::test::child_process;
 using dice::test::json_int;
 using dice::test::json_str;
 
-const std::string bin_dir = std::string{DICE_BINARY_DIR} + "/bin/";
+using dice::test::bin_dir;
 
-std::string read_all(const fs::path& p) {
-  std::ifstream f{p};
-  return {std::istreambuf_iterator<char>{f}, {}};
-}
+using dice::test::read_all;
 
 std::vector<std::string> read_lines(const fs::path& p) {
   std::vector<std::string> result;
@@ -45,20 +44,7 @@ std::vector<std::string> read_lines(const fs::path& p) {
   return result;
 }
 
-/// A fresh folder, removed at the end of the test.
-struct scratch {
-  fs::path dir;
-  explicit scratch(const std::string& name)
-    : dir(fs::temp_directory_path()
-          / (name + "_" + std::to_string(::getpid()))) {
-    fs::remove_all(dir);
-    fs::create_directories(dir);
-  }
-  ~scratch() {
-    std::error_code ec;
-    fs::remove_all(dir, ec);
-  }
-};
+using dice::test::scratch;
 
 /// The last report JSON line per node in `lines` (every node prints its
 /// final report as one JSON object on stdout).

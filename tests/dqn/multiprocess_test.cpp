@@ -4,6 +4,7 @@
 
 #include "support/child_process.hpp"
 #include "support/files.hpp"
+#include "support/launch.hpp"
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -19,7 +20,7 @@ using namespace std::chrono_literals;
 namespace fs = std::filesystem;
 using dice::test::child_process;
 
-const std::string bin_dir = std::string{DICE_BINARY_DIR} + "/bin/";
+using dice::test::bin_dir;
 
 using dice::test::read_all;
 using dice::test::scratch;

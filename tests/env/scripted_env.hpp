@@ -5,9 +5,13 @@
 // the number of successful resets and the step within the episode, so a test
 // can read off which episode an env is in and how far it got.
 
+#include "dice/core/errc.hpp"
 #include "dice/env/env.hpp"
+#include "dice/env/vector_env.hpp"
 
+#include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -109,5 +113,30 @@ class scripted_env : public env {
  private:
   script script_;
 };
+
+/// A vector of scripted envs, env i following scripts[i] (throws on a bad
+/// batch: the tests that call it expect a valid one).
+inline vector_env make_scripted(std::vector<script> scripts,
+                                vector_env_options opts = {}) {
+  auto v = vector_env::make(
+    scripts.size(),
+    [&](std::size_t i) {
+      return std::make_unique<scripted_env>(scripts[i]);
+    },
+    opts);
+  if (!v)
+    throw std::runtime_error(render(v.error()));
+  return std::move(*v);
+}
+
+/// Env i of a vector made by make_scripted.
+inline scripted_env& scripted(vector_env& v, std::size_t i) {
+  return dynamic_cast<scripted_env&>(v.at(i));
+}
+
+/// Row i of a buffer with two floats per env.
+inline std::vector<float> row(const std::vector<float>& xs, std::size_t i) {
+  return {xs[2 * i], xs[2 * i + 1]};
+}
 
 } // namespace dice::test

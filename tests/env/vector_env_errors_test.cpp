@@ -16,34 +16,16 @@ using dice::autoreset;
 using dice::env_error_policy;
 using dice::errc;
 using dice::vector_env;
+using dice::test::make_scripted;
+using dice::test::row;
 using dice::test::script;
+using dice::test::scripted;
 using dice::test::scripted_env;
 
 namespace {
 
 using obs2 = std::vector<float>;
 using flags = std::vector<std::uint8_t>;
-
-vector_env make_scripted(std::vector<script> scripts,
-                         dice::vector_env_options opts) {
-  auto v = vector_env::make(
-    scripts.size(),
-    [&](std::size_t i) {
-      return std::make_unique<scripted_env>(scripts[i]);
-    },
-    opts);
-  if (!v)
-    throw std::runtime_error(dice::render(v.error()));
-  return std::move(*v);
-}
-
-scripted_env& scripted(vector_env& v, std::size_t i) {
-  return dynamic_cast<scripted_env&>(v.at(i));
-}
-
-std::vector<float> row(const std::vector<float>& xs, std::size_t i) {
-  return {xs[2 * i], xs[2 * i + 1]};
-}
 
 dice::vector_env_options policy(env_error_policy p,
                                 autoreset mode = autoreset::same_step) {

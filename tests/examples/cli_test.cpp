@@ -3,6 +3,7 @@
 // with --help (exit 0).
 
 #include "support/child_process.hpp"
+#include "support/launch.hpp"
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -14,7 +15,7 @@ namespace {
 
 using namespace std::chrono_literals;
 
-const std::string bin_dir = std::string{DICE_BINARY_DIR} + "/bin/";
+using dice::test::bin_dir;
 
 struct outcome {
   int code = -1;

@@ -8,6 +8,7 @@
 #include "support/child_process.hpp"
 #include "support/files.hpp"
 #include "support/json.hpp"
+#include "support/launch.hpp"
 #include "support/netns.hpp"
 #include "support/secret_file.hpp"
 #include <gtest/gtest.h>
@@ -27,7 +28,7 @@ using dice::test::child_process;
 using dice::test::read_all;
 using dice::test::scratch;
 
-const std::string bin_dir = std::string{DICE_BINARY_DIR} + "/bin/";
+using dice::test::bin_dir;
 
 /// The untrained greedy policy (a force of about 0: the point stays where
 /// it starts) returns about -77 per 100-step episode, and early training

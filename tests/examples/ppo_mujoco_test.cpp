@@ -5,6 +5,7 @@
 
 #include "support/child_process.hpp"
 #include "support/files.hpp"
+#include "support/launch.hpp"
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -20,7 +21,7 @@ using dice::test::child_process;
 using dice::test::read_all;
 using dice::test::scratch;
 
-const std::string bin_dir = std::string{DICE_BINARY_DIR} + "/bin/";
+using dice::test::bin_dir;
 
 nlohmann::json parse(const std::filesystem::path& p) {
   return nlohmann::json::parse(read_all(p), nullptr, false);

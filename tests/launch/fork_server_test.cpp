@@ -6,6 +6,7 @@
 // Every wait has a deadline; nothing sleeps to pass.
 
 #include "support/child_process.hpp"
+#include "support/launch.hpp"
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <sys/syscall.h>
@@ -23,10 +24,10 @@ namespace {
 using namespace std::chrono_literals;
 using process = dice::test::child_process;
 
-const std::string bin_dir = std::string{DICE_BINARY_DIR} + "/bin/";
+using dice::test::bin_dir;
 
-std::vector<std::string> launch(std::vector<std::string> launcher_args,
-                                std::vector<std::string> program) {
+std::vector<std::string> launch_forked(std::vector<std::string> launcher_args,
+                                       std::vector<std::string> program) {
   std::vector<std::string> args{bin_dir + "dice-launch", "--fork-server"};
   args.insert(args.end(), launcher_args.begin(), launcher_args.end());
   args.push_back("--");
@@ -82,8 +83,8 @@ pid_t server_pid(process& p) {
 
 TEST(ForkServer, AClusterForkedFromOneImageRunsToItsEnd) {
   process p{
-    launch({"--workers", "4"},
-           {bin_dir + "dice_exchange_probe", "--steps=200", "--trace"})};
+    launch_forked({"--workers", "4"},
+                  {bin_dir + "dice_exchange_probe", "--steps=200", "--trace"})};
   auto server = server_pid(p);
   ASSERT_GT(server, 0) << p.text();
   auto rc = p.wait_exit(60s);
@@ -104,9 +105,10 @@ TEST(ForkServer, AClusterForkedFromOneImageRunsToItsEnd) {
 }
 
 TEST(ForkServer, AForkedNodeIsTheLaunchersChildAndIsRestartedAndStopped) {
-  process p{launch({"--workers", "1", "--topology", "alone", "--max-restarts",
-                    "1", "--restart-backoff", "0.01"},
-                   {bin_dir + "dice_flaky_node", "--run", "--grandchild"})};
+  process p{
+    launch_forked({"--workers", "1", "--topology", "alone", "--max-restarts",
+                   "1", "--restart-backoff", "0.01"},
+                  {bin_dir + "dice_flaky_node", "--run", "--grandchild"})};
   auto server = server_pid(p);
   ASSERT_GT(server, 0) << p.text();
   std::smatch m;
@@ -149,8 +151,8 @@ TEST(ForkServer, AForkedNodeIsTheLaunchersChildAndIsRestartedAndStopped) {
 TEST(ForkServer, AProgramThatDoesNotServeIsSpawnedAsBefore) {
   // /bin/echo prints a line and exits instead of serving: the launcher
   // says so and starts the node on its own.
-  process p{launch({"--workers", "1", "--topology", "alone"},
-                   {"/bin/echo", "plain-node"})};
+  process p{launch_forked({"--workers", "1", "--topology", "alone"},
+                          {"/bin/echo", "plain-node"})};
   auto rc = p.wait_exit(30s);
   ASSERT_TRUE(rc) << p.text();
   EXPECT_EQ(*rc, 0) << p.text();

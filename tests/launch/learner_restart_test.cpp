@@ -4,6 +4,7 @@
 // Adam) and the run completes. Real processes on loopback.
 
 #include "support/child_process.hpp"
+#include "support/launch.hpp"
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -21,16 +22,9 @@ using process = dice::test::child_process;
 using clock_type = std::chrono::steady_clock;
 namespace fs = std::filesystem;
 
-const std::string bin_dir = std::string{DICE_BINARY_DIR} + "/bin/";
+using dice::test::bin_dir;
 
-std::string report_of(const process& p, int id) {
-  std::string result;
-  auto tag = "[node " + std::to_string(id) + "] ";
-  for (auto& l : p.lines())
-    if (l.rfind(tag, 0) == 0 && dice::test::json_in(l).contains("stop_reason"))
-      result = l;
-  return result;
-}
+using dice::test::report_of;
 
 TEST(LearnerSupervision, KilledLearnerResumesFromItsCheckpointAndTheRunEnds) {
   auto out = fs::temp_directory_path()

@@ -7,6 +7,7 @@
 #include "dice/runtime/stop_signals.hpp"
 
 #include "support/child_process.hpp"
+#include "support/launch.hpp"
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 #include <sys/wait.h>
@@ -29,7 +30,7 @@ namespace {
 using namespace std::chrono_literals;
 using dice::test::child_process;
 
-const std::string bin_dir = std::string{DICE_BINARY_DIR} + "/bin/";
+using dice::test::bin_dir;
 
 // Runs `body` in a forked child and returns its wait status.
 template <class F>

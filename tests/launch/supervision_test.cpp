@@ -7,6 +7,7 @@
 // Every wait has a deadline; nothing sleeps to pass.
 
 #include "support/child_process.hpp"
+#include "support/launch.hpp"
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <sys/syscall.h>
@@ -28,7 +29,7 @@ using namespace std::chrono_literals;
 using process = dice::test::child_process;
 using clock_type = std::chrono::steady_clock;
 
-const std::string bin_dir = std::string{DICE_BINARY_DIR} + "/bin/";
+using dice::test::bin_dir;
 
 std::vector<std::string> launch(std::vector<std::string> launcher_args,
                                 std::vector<std::string> program) {
@@ -262,15 +263,7 @@ long json_int(const std::string& line, const std::string& name) {
   return dice::test::json_int(line, name);
 }
 
-/// The JSON report line of node `id` in the launcher's output.
-std::string report_of(const process& p, int id) {
-  std::string result;
-  auto tag = "[node " + std::to_string(id) + "] ";
-  for (auto& l : p.lines())
-    if (l.rfind(tag, 0) == 0 && dice::test::json_in(l).contains("stop_reason"))
-      result = l; // the last incarnation's
-  return result;
-}
+using dice::test::report_of;
 
 TEST(SupervisedCluster,
      CollectorKilledThreeTimesComesBackAndNothingIsCountedTwice) {

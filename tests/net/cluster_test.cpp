@@ -3,6 +3,7 @@
 // joined by a veth pair (two hosts), SLURM's environment and fixed ports.
 
 #include "support/child_process.hpp"
+#include "support/launch.hpp"
 #include "support/netns.hpp"
 #include "support/secret_file.hpp"
 #include <arpa/inet.h>
@@ -29,10 +30,10 @@ using dice::test::json_str;
 using dice::test::netns_pair;
 using clock_type = std::chrono::steady_clock;
 
-const std::string bin_dir = std::string{DICE_BINARY_DIR} + "/bin/";
+using dice::test::bin_dir;
 
 /// A node's JSON report line (the one with "stop_reason").
-std::optional<std::string> report_of(const child_process& p, int node) {
+std::optional<std::string> report_line_of(const child_process& p, int node) {
   for (auto& l : p.lines())
     if (l.find("\"stop_reason\"") != std::string::npos
         && json_int(l, "node") == node)
@@ -173,7 +174,7 @@ TEST(Reconnect, CollectorGetsTheRestartedLearnersModelFirst) {
   auto crc = collector.wait_exit(10s);
   ASSERT_TRUE(crc) << collector.text();
   EXPECT_EQ(*crc, 0) << collector.text();
-  auto rep = report_of(collector, 1);
+  auto rep = report_line_of(collector, 1);
   ASSERT_TRUE(rep) << collector.text();
   EXPECT_EQ(json_str(*rep, "stop_reason").find("error"), std::string::npos);
   EXPECT_LE(json_int(*rep, "train_iter"), 30) << *rep;
@@ -209,8 +210,8 @@ TEST(TwoHosts, LearnerAndCollectorInTwoNetworkNamespaces) {
   auto crc = collector.wait_exit(10s);
   ASSERT_TRUE(crc) << collector.text();
   EXPECT_EQ(*crc, 0) << collector.text();
-  auto lrep = report_of(learner, 0);
-  auto crep = report_of(collector, 1);
+  auto lrep = report_line_of(learner, 0);
+  auto crep = report_line_of(collector, 1);
   ASSERT_TRUE(lrep && crep) << learner.text() << collector.text();
   EXPECT_EQ(json_int(*lrep, "train_iter"), 20) << *lrep;
   EXPECT_GT(json_int(*crep, "env_step"), 0) << *crep;
@@ -252,9 +253,9 @@ TEST(Slurm, SrunEnvironmentFormsAClusterOnTheGivenPort) {
   // Mesh by default: the learner had both peers before it started.
   EXPECT_TRUE(tasks[0]->wait_for(std::regex{"2 peer\\(s\\) connected"}, 0ms))
     << tasks[0]->text();
-  auto l = report_of(*tasks[0], 0);
-  auto e = report_of(*tasks[1], 1);
-  auto c = report_of(*tasks[2], 2);
+  auto l = report_line_of(*tasks[0], 0);
+  auto e = report_line_of(*tasks[1], 1);
+  auto c = report_line_of(*tasks[2], 2);
   ASSERT_TRUE(l && e && c);
   EXPECT_EQ(json_str(*l, "role"), "learner") << *l;
   EXPECT_EQ(json_str(*e, "role"), "evaluator") << *e;

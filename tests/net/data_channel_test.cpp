@@ -53,7 +53,8 @@ bool is_delta(const caf::message& x) {
   return x.match_elements<std::string, dice::context_delta>();
 }
 
-bool same_bytes(const dice::model_snapshot& x, const dice::model_snapshot& y) {
+bool same_payload(const dice::model_snapshot& x,
+                  const dice::model_snapshot& y) {
   return x.version == y.version && x.data.size() == y.data.size()
     && std::memcmp(x.data.data(), y.data.data(), x.data.size()) == 0;
 }
@@ -200,18 +201,18 @@ TEST_F(DataChannel, LargeSnapshotsTravelBesideBaspInBothDirections) {
   publish(*at_server, server, caf::make_message(std::string{"model"}, x));
   auto got = next(*at_client);
   ASSERT_TRUE(is_snapshot(got));
-  EXPECT_TRUE(same_bytes(got.get_as<dice::model_snapshot>(1), x));
+  EXPECT_TRUE(same_payload(got.get_as<dice::model_snapshot>(1), x));
   auto y = make_snapshot(3'000'000, 2, 1);
   publish(*at_client, client, caf::make_message(std::string{"model"}, y));
   got = next(*at_server);
   ASSERT_TRUE(is_snapshot(got));
-  EXPECT_TRUE(same_bytes(got.get_as<dice::model_snapshot>(1), y));
+  EXPECT_TRUE(same_payload(got.get_as<dice::model_snapshot>(1), y));
   // A small snapshot stays on BASP (one message, no second trip).
   auto z = make_snapshot(100'000, 3);
   publish(*at_server, server, caf::make_message(std::string{"model"}, z));
   got = next(*at_client);
   ASSERT_TRUE(is_snapshot(got));
-  EXPECT_TRUE(same_bytes(got.get_as<dice::model_snapshot>(1), z));
+  EXPECT_TRUE(same_payload(got.get_as<dice::model_snapshot>(1), z));
   auto after = dice::net::data_stats();
   EXPECT_EQ(after.transfers_received - before.transfers_received, 2u);
   EXPECT_EQ(after.bytes_received - before.bytes_received,
@@ -240,7 +241,7 @@ TEST_F(DataChannel, ASnapshotKeepsItsPlaceAmongAPeersMessages) {
   for (std::int64_t v = 1; v <= 3; ++v) {
     auto a = next(*at_client);
     ASSERT_TRUE(is_snapshot(a)) << "expected snapshot v" << v;
-    EXPECT_TRUE(same_bytes(a.get_as<dice::model_snapshot>(1), xs[v - 1]));
+    EXPECT_TRUE(same_payload(a.get_as<dice::model_snapshot>(1), xs[v - 1]));
     auto b = next(*at_client);
     ASSERT_TRUE(is_delta(b)) << "expected marker " << v;
     EXPECT_EQ(b.get_as<dice::context_delta>(1).seq,
@@ -271,7 +272,7 @@ TEST_F(DataChannel, FallsBackToBaspWhenTheDataConnectionCannotOpen) {
   publish(*at_client, client, caf::make_message(std::string{"model"}, x));
   auto got = next(*at_server);
   ASSERT_TRUE(is_snapshot(got));
-  EXPECT_TRUE(same_bytes(got.get_as<dice::model_snapshot>(1), x));
+  EXPECT_TRUE(same_payload(got.get_as<dice::model_snapshot>(1), x));
   auto after = dice::net::data_stats();
   EXPECT_EQ(after.fallbacks - before.fallbacks, 1u);
   EXPECT_EQ(after.transfers_received, before.transfers_received);
@@ -299,12 +300,12 @@ TEST_F(DataChannel, UnderTlsSnapshotsTravelOnTheDataPlaneWithTls) {
   publish(*at_server, server, caf::make_message(std::string{"model"}, x));
   auto got = next(*at_client);
   ASSERT_TRUE(is_snapshot(got));
-  EXPECT_TRUE(same_bytes(got.get_as<dice::model_snapshot>(1), x));
+  EXPECT_TRUE(same_payload(got.get_as<dice::model_snapshot>(1), x));
   auto y = make_snapshot(3'000'000, 2, 1);
   publish(*at_client, client, caf::make_message(std::string{"model"}, y));
   got = next(*at_server);
   ASSERT_TRUE(is_snapshot(got));
-  EXPECT_TRUE(same_bytes(got.get_as<dice::model_snapshot>(1), y));
+  EXPECT_TRUE(same_payload(got.get_as<dice::model_snapshot>(1), y));
   auto after = dice::net::data_stats();
   EXPECT_EQ(after.links_opened - before.links_opened, 4u);
   EXPECT_EQ(after.transfers_received - before.transfers_received, 2u);

@@ -23,6 +23,7 @@
 
 #include "support/data_listener.hpp"
 #include "support/deterministic.hpp"
+#include "support/secret_file.hpp"
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -47,10 +48,10 @@ using dice::net::data_plane;
 using clock_type = dice::net::deadline_clock;
 namespace fs = std::filesystem;
 
-const std::string secret = "0123456789abcdef0123456789abcdef";
+using dice::test::secret_1;
 
-struct config : caf::actor_system_config {
-  config() {
+struct data_plane_system_config : caf::actor_system_config {
+  data_plane_system_config() {
     dice::add_message_types(*this);
   }
 };
@@ -135,7 +136,7 @@ class DataPlane : public ::testing::Test {
     dice::net::data_plane_config c1;
     c1.tls = tls();
     c1.node = 1;
-    c1.secret = secret;
+    c1.secret = secret_1;
     c1.io_timeout = 5s;
     c1.max_transfer_bytes = 4 << 20;
     c1.max_peer_bytes = 8 << 20;
@@ -145,7 +146,7 @@ class DataPlane : public ::testing::Test {
     auto c2 = c1;
     c2.node = 2;
     dialer = data_plane::make(sys, c2);
-    auto ln = dice::test::open_data_listener(acceptor, secret);
+    auto ln = dice::test::open_data_listener(acceptor, secret_1);
     ASSERT_TRUE(ln) << caf::to_string(ln.error());
     listener = std::move(*ln);
     port = listener->port();
@@ -159,7 +160,7 @@ class DataPlane : public ::testing::Test {
 
   // Connects on the data channel, up to the bind frame (plain TCP);
   // `binding` receives the preamble's nonces.
-  int dial_data(const std::string& key = secret,
+  int dial_data(const std::string& key = secret_1,
                 std::string* binding = nullptr) {
     auto fd = dice::net::dial_channel(key, "127.0.0.1", port, channel::data,
                                       clock_type::now() + 2s, binding);
@@ -173,7 +174,7 @@ class DataPlane : public ::testing::Test {
     r.theirs = acceptor->accept_session(attacher, r.mine->pub());
     auto dh = r.mine->agree(r.theirs);
     if (dh)
-      r.key = dice::net::data_session_key(secret, 1, attacher, r.mine->pub(),
+      r.key = dice::net::data_session_key(secret_1, 1, attacher, r.mine->pub(),
                                           r.theirs, *dh);
     return r;
   }
@@ -211,7 +212,7 @@ class DataPlane : public ::testing::Test {
     return result;
   }
 
-  config cfg;
+  data_plane_system_config cfg;
   caf::actor_system sys{cfg};
   std::shared_ptr<data_plane> acceptor;
   std::shared_ptr<data_plane> dialer;
@@ -243,6 +244,34 @@ TEST_F(DataPlane, BytesArriveWholeInBothDirections) {
   EXPECT_EQ(after.refused, before.refused);
   // A claim for a transfer that was already taken fails at once.
   EXPECT_FALSE(take(*acceptor, 2, *id_x));
+}
+
+// The dialer registers its receiving side just after it writes the bind,
+// so the sender can queue a transfer, and its router send the reference,
+// before the receiver's inbox heard of the link: a claim made then waits
+// for the bytes (it failed at once with "no data connection from the
+// peer", which dropped a 1 MB model at a bench's start under load).
+TEST_F(DataPlane, AClaimBeforeTheLinkIsUpWaitsForTheBytes) {
+  caf::scoped_actor self{sys};
+  auto claim = self->request(dialer->inbox(), 10s,
+                             dice::net::data_take_atom::value, std::uint32_t{1},
+                             std::uint64_t{1});
+  connect_planes();
+  ASSERT_TRUE(acceptor->wait_sendable(2, 5s));
+  auto x = pattern(1 << 20, 3);
+  auto id = acceptor->send(2, std::make_shared<dice::net::data_item>(x));
+  ASSERT_TRUE(id);
+  ASSERT_EQ(*id, 1u); // the transfer the claim named
+  bool delivered = false;
+  claim.receive(
+    [&](dice::shared_bytes& got) {
+      delivered = got.size() == x.size()
+        && std::memcmp(got.data(), x.data(), x.size()) == 0;
+    },
+    [&](caf::error& err) {
+      ADD_FAILURE() << caf::to_string(err);
+    });
+  EXPECT_TRUE(delivered);
 }
 
 TEST_F(DataPlane, SameHostBytesGoThroughOneRecycledSegment) {
@@ -293,13 +322,13 @@ TEST_F(DataPlane, AStrangerWithoutAProofOfTheSessionGetsNothing) {
   ASSERT_EQ(h.key.size(), 32u);
   // A member of the cluster who saw the hello (both public keys) but not
   // the X25519 secret of either side.
-  auto seen = dice::net::data_session_key(secret, 1, 2, h.mine->pub(), h.theirs,
-                                          dice::random_nonce(32));
+  auto seen = dice::net::data_session_key(secret_1, 1, 2, h.mine->pub(),
+                                          h.theirs, dice::random_nonce(32));
   // The genuine bind of direction 0, recorded on the wire.
   std::string recorded;
   {
     std::string binding;
-    auto fd = dial_data(secret, &binding);
+    auto fd = dial_data(secret_1, &binding);
     ASSERT_GE(fd, 0);
     recorded = bind(dice::net::data_dialer_writes, 2, h.key, binding);
     ASSERT_TRUE(send_bytes(fd, recorded));
@@ -340,7 +369,7 @@ TEST_F(DataPlane, AStrangerWithoutAProofOfTheSessionGetsNothing) {
   };
   for (std::size_t i = 0; i < attempts.size(); ++i) {
     std::string binding;
-    auto fd = dial_data(secret, &binding);
+    auto fd = dial_data(secret_1, &binding);
     ASSERT_GE(fd, 0);
     ASSERT_TRUE(send_bytes(fd, attempts[i](binding)));
     auto r = wait_closed(fd, 3000ms);
@@ -356,7 +385,7 @@ TEST_F(DataPlane, AStrangerWithoutAProofOfTheSessionGetsNothing) {
   // None of it burned the session: the genuine peer still binds the other
   // direction.
   std::string binding;
-  auto fd = dial_data(secret, &binding);
+  auto fd = dial_data(secret_1, &binding);
   ASSERT_GE(fd, 0);
   ASSERT_TRUE(
     send_bytes(fd, bind(dice::net::data_acceptor_writes, 2, h.key, binding)));
@@ -375,7 +404,7 @@ TEST_F(DataPlane, ThousandsOfMalformedBindsLogAFewLines) {
   constexpr std::size_t n = 1100;
   for (std::size_t i = 0; i < n; ++i) {
     std::string binding;
-    auto fd = dial_data(secret, &binding);
+    auto fd = dial_data(secret_1, &binding);
     ASSERT_GE(fd, 0) << i;
     ASSERT_TRUE(send_bytes(fd, std::string(dice::net::data_bind_size, 'x')));
     auto r = wait_closed(fd, 3000ms);
@@ -391,7 +420,7 @@ TEST_F(DataPlane, ASessionBindsNothingOnceItsControlSessionIsGone) {
   auto before = dice::net::data_stats();
   auto try_bind = [&](const std::string& key) {
     std::string binding;
-    auto fd = dial_data(secret, &binding);
+    auto fd = dial_data(secret_1, &binding);
     if (fd < 0)
       return false;
     send_bytes(fd, bind(dice::net::data_dialer_writes, 2, key, binding));
@@ -418,7 +447,7 @@ TEST_F(DataPlane, TheDialerRefusesAnAcceptorWithoutTheSession) {
   // with an ack it cannot prove: the dialer does not use the connection.
   auto auth_before = dice::counter(dice::trust_event::auth_refused);
   auto fake = dice::net::listener::open(
-    dice::net::listener_config{9, "127.0.0.1", 0, secret},
+    dice::net::listener_config{9, "127.0.0.1", 0, secret_1},
     [](dice::unique_fd fd, channel, const std::string&, const std::string&) {
       auto b = dice::net::recv_exactly(fd.get(), dice::net::data_bind_size,
                                        clock_type::now() + 2s);
@@ -443,7 +472,7 @@ class DataPlaneFrames : public DataPlane {
  protected:
   int bound_writer() {
     std::string binding;
-    auto fd = dial_data(secret, &binding);
+    auto fd = dial_data(secret_1, &binding);
     if (fd < 0)
       return -1;
     auto h = hello();
@@ -540,7 +569,7 @@ class DataPlaneTls : public DataPlane {
   std::shared_ptr<data_plane> other(dice::tls_files files) {
     dice::net::data_plane_config c;
     c.node = 3;
-    c.secret = secret;
+    c.secret = secret_1;
     c.tls = std::move(files);
     c.same_host = false;
     auto dp = data_plane::make(sys, c);
@@ -580,7 +609,7 @@ TEST_F(DataPlaneTls, PlainTcpOnTheDataChannelGetsNothing) {
   // A valid proof of the session, but in the clear: the acceptor expects
   // a TLS handshake and never reads it as a bind.
   std::string binding;
-  auto fd = dial_data(secret, &binding);
+  auto fd = dial_data(secret_1, &binding);
   ASSERT_GE(fd, 0);
   ASSERT_TRUE(
     send_bytes(fd, bind(dice::net::data_dialer_writes, 2, h.key, binding)));

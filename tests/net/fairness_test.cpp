@@ -14,6 +14,7 @@
 #include "net/listener.hpp"
 #include "net/preamble.hpp"
 
+#include "support/secret_file.hpp"
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <fcntl.h>
@@ -44,7 +45,7 @@ using namespace std::chrono_literals;
 using clock_type = std::chrono::steady_clock;
 using dice::unique_fd;
 
-const std::string the_secret = "0123456789abcdef0123456789abcdef";
+using dice::test::secret_1;
 
 /// A listener with the node's defaults that records each handover.
 class server {
@@ -52,7 +53,7 @@ class server {
   server() {
     dice::net::listener_config cfg;
     cfg.host = "127.0.0.1";
-    cfg.secret = the_secret;
+    cfg.secret = secret_1;
     auto l = dice::net::listener::open(
       cfg,
       [this](unique_fd, dice::net::channel, const std::string&,
@@ -141,7 +142,7 @@ struct attack {
 class attacker {
  public:
   attacker(std::uint16_t port, attack a) : port_(port), a_(a) {
-    dice::net::preamble_dialer d{the_secret, dice::random_nonce(32),
+    dice::net::preamble_dialer d{secret_1, dice::random_nonce(32),
                                  dice::net::channel::control};
     hello_ = d.take_output();
     thread_ = std::thread{[this] {
@@ -273,7 +274,7 @@ void expect_fair(const char* what, attack a, int n = 20) {
     auto start = clock_type::now();
     auto deadline = start + 1s;
     std::string binding;
-    auto fd = dice::net::dial_channel(the_secret, "127.0.0.1", s.port(),
+    auto fd = dice::net::dial_channel(secret_1, "127.0.0.1", s.port(),
                                       dice::net::channel::control, deadline,
                                       &binding);
     clock_type::time_point at;

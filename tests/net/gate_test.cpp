@@ -21,8 +21,8 @@ namespace {
 
 using namespace std::chrono_literals;
 
-struct net_config : caf::actor_system_config {
-  net_config() {
+struct gate_system_config : caf::actor_system_config {
+  gate_system_config() {
     load<caf::io::middleman>();
     dice::add_message_types(*this);
     set("logger.verbosity", caf::atom("quiet"));
@@ -30,14 +30,14 @@ struct net_config : caf::actor_system_config {
 };
 
 TEST(Gate, RemoteExitsEvenKillStopNeitherGateNorRouter) {
-  net_config server_cfg;
+  gate_system_config server_cfg;
   caf::actor_system server{server_cfg};
   auto router = dice::spawn_router(server, dice::router_config{});
   auto gate = dice::gate_of(server, router);
   ASSERT_TRUE(gate) << caf::to_string(gate.error());
   auto port = server.middleman().publish(*gate, 0, "127.0.0.1", true);
   ASSERT_TRUE(port) << caf::to_string(port.error());
-  net_config client_cfg;
+  gate_system_config client_cfg;
   caf::actor_system client{client_cfg};
   auto proxy = client.middleman().remote_actor("127.0.0.1", *port);
   ASSERT_TRUE(proxy) << caf::to_string(proxy.error());

@@ -18,6 +18,7 @@
 
 #include "support/child_process.hpp"
 #include "support/raw_socket.hpp"
+#include "support/secret_file.hpp"
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <unistd.h>
@@ -41,8 +42,8 @@ using dice::trust_event;
 using dice::test::raw_socket;
 namespace fs = std::filesystem;
 
-const std::string secret_1 = "0123456789abcdef0123456789abcdef";
-const std::string secret_2 = "fedcba9876543210fedcba9876543210";
+using dice::test::secret_1;
+using dice::test::secret_2;
 
 long ms_since(clock_type::time_point t0) {
   return static_cast<long>(

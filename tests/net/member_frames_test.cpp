@@ -30,7 +30,7 @@ using dice::test::child_process;
 using dice::test::raw_socket;
 using dice::test::secret_file;
 
-const std::string the_secret = "0123456789abcdef0123456789abcdef";
+using dice::test::secret_1;
 
 /// Connects and finishes dice's preamble with the secret, as a member does:
 /// what it sends next goes to BASP.
@@ -38,7 +38,7 @@ raw_socket member_past_the_preamble(std::uint16_t port) {
   raw_socket s{port};
   if (!s.ok())
     return s;
-  dice::net::preamble_dialer hs{the_secret, dice::random_nonce(32),
+  dice::net::preamble_dialer hs{secret_1, dice::random_nonce(32),
                                 dice::net::channel::control};
   s.send(hs.take_output());
   auto a1 = s.read_exactly(dice::net::acceptor_hello_size, 5s);
@@ -50,7 +50,7 @@ raw_socket member_past_the_preamble(std::uint16_t port) {
 }
 
 TEST(MemberFrames, CrashFramesFromASecretHolderCloseOnlyTheirConnection) {
-  secret_file s{the_secret};
+  secret_file s{secret_1};
   std::unique_ptr<child_process> learner;
   auto port = dice::test::start_probe_learner(learner, s);
   ASSERT_NE(port, 0) << learner->text();
@@ -76,7 +76,7 @@ TEST(MemberFrames, CrashFramesFromASecretHolderCloseOnlyTheirConnection) {
 }
 
 TEST(MemberFrames, GiantAnnouncesFromASecretHolderLeaveMemoryFlat) {
-  secret_file s{the_secret};
+  secret_file s{secret_1};
   std::unique_ptr<child_process> learner;
   auto port = dice::test::start_probe_learner(learner, s);
   ASSERT_NE(port, 0) << learner->text();

@@ -5,6 +5,7 @@
 #include "dice/security/auth.hpp"
 #include "net/preamble.hpp"
 
+#include "support/secret_file.hpp"
 #include <gtest/gtest.h>
 
 #include <string>
@@ -13,8 +14,8 @@ namespace {
 
 using namespace dice::net;
 
-const std::string secret_1 = "0123456789abcdef0123456789abcdef";
-const std::string secret_2 = "fedcba9876543210fedcba9876543210";
+using dice::test::secret_1;
+using dice::test::secret_2;
 
 std::string nonce() {
   return dice::random_nonce(preamble_nonce_size);

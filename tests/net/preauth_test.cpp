@@ -25,10 +25,10 @@ using dice::test::raw_socket;
 using dice::test::secret_file;
 using clock_type = std::chrono::steady_clock;
 
-const std::string the_secret = "0123456789abcdef0123456789abcdef";
+using dice::test::secret_1;
 
 TEST(Preauth, CrashFrameLeavesASecretOnlyNodeRunning) {
-  secret_file s{the_secret};
+  secret_file s{secret_1};
   std::unique_ptr<child_process> learner;
   auto port = dice::test::start_probe_learner(learner, s);
   ASSERT_NE(port, 0) << learner->text();
@@ -59,7 +59,7 @@ TEST(Preauth, CrashFrameLeavesASecretOnlyNodeRunning) {
 }
 
 TEST(Preauth, GiantLengthAnnouncementsLeaveMemoryFlat) {
-  secret_file s{the_secret};
+  secret_file s{secret_1};
   std::unique_ptr<child_process> learner;
   auto port = dice::test::start_probe_learner(learner, s);
   ASSERT_NE(port, 0) << learner->text();
@@ -89,7 +89,7 @@ TEST(Preauth, GiantLengthAnnouncementsLeaveMemoryFlat) {
 }
 
 TEST(Preauth, PendingConnectionsAreCapped) {
-  secret_file s{the_secret};
+  secret_file s{secret_1};
   std::unique_ptr<child_process> learner;
   auto port = dice::test::start_probe_learner(learner, s);
   ASSERT_NE(port, 0) << learner->text();
@@ -118,7 +118,7 @@ TEST(Preauth, PendingConnectionsAreCapped) {
 }
 
 TEST(Preauth, SilentStrangerIsCutAtTheTimeLimit) {
-  secret_file s{the_secret};
+  secret_file s{secret_1};
   std::unique_ptr<child_process> learner;
   auto port = dice::test::start_probe_learner(
     learner, s, {"--dice.handshake-timeout=500ms"});

@@ -2,6 +2,7 @@
 // ephemeral ports. Every wait has a deadline; nothing sleeps to pass.
 
 #include "support/child_process.hpp"
+#include "support/launch.hpp"
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <poll.h>
@@ -24,7 +25,7 @@ namespace {
 using namespace std::chrono_literals;
 using clock_type = std::chrono::steady_clock;
 
-const std::string bin_dir = std::string{DICE_BINARY_DIR} + "/bin/";
+using dice::test::bin_dir;
 
 /// A child process whose stdout and stderr (merged) the test reads.
 using process = dice::test::child_process;

@@ -8,6 +8,7 @@
 // otherwise). Every wait has a deadline.
 
 #include "support/child_process.hpp"
+#include "support/launch.hpp"
 #include "support/netns_hosts.hpp"
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -19,9 +20,7 @@
 
 namespace {
 
-// bench/remote_bench, started as real nodes.
-const std::string remote_bench = std::string{DICE_BINARY_DIR}
-  + "/bin/remote_bench";
+using dice::test::remote_bench;
 
 using namespace std::chrono_literals;
 

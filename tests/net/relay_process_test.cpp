@@ -7,6 +7,7 @@
 // Every wait has a deadline.
 
 #include "support/child_process.hpp"
+#include "support/launch.hpp"
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -17,15 +18,15 @@
 
 namespace {
 
-using namespace std::chrono_literals;
+using dice::test::remote_bench;
 
-const std::string bench = std::string{DICE_BINARY_DIR} + "/bin/remote_bench";
+using namespace std::chrono_literals;
 
 // Runs remote_bench relay with `args`; its JSON line (null on failure) and,
 // in `log`, its output.
 nlohmann::json run_relay(std::vector<std::string> args,
                          std::string* log = nullptr) {
-  std::vector<std::string> argv{bench, "relay"};
+  std::vector<std::string> argv{remote_bench, "relay"};
   argv.insert(argv.end(), args.begin(), args.end());
   dice::test::child_process p{argv};
   std::smatch m;

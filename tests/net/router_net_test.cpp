@@ -16,6 +16,7 @@
 
 #include "support/deterministic.hpp"
 #include "support/planets.hpp"
+#include "support/secret_file.hpp"
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -295,8 +296,8 @@ router_config with_secret(std::string secret) {
   return cfg;
 }
 
-const std::string secret_1 = "0123456789abcdef0123456789abcdef";
-const std::string secret_2 = "fedcba9876543210fedcba9876543210";
+using dice::test::secret_1;
+using dice::test::secret_2;
 
 TEST_F(RouterNet, SameSecretConnectsAndForwards) {
   auto a = spawn_router(0, 0, with_secret(secret_1));

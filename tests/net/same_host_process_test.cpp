@@ -14,6 +14,7 @@
 #include "caf/scoped_actor.hpp"
 
 #include "support/child_process.hpp"
+#include "support/launch.hpp"
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -28,6 +29,8 @@
 
 namespace {
 
+using dice::test::remote_bench;
+
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
 
@@ -38,8 +41,6 @@ std::set<std::string> dev_shm() {
     result.insert(e.path().filename().string());
   return result;
 }
-
-const std::string bench = std::string{DICE_BINARY_DIR} + "/bin/remote_bench";
 
 struct fixture {
   dice::node_system_config cfg;
@@ -106,7 +107,7 @@ TEST(SameHost, NothingLeaksAfterTheReceiverIsKilled) {
   auto shm_before = dev_shm();
   fixture f{{"ack"}};
   ASSERT_TRUE(f.node);
-  dice::test::child_process collector{{bench, "collector", "--port",
+  dice::test::child_process collector{{remote_bench, "collector", "--port",
                                        std::to_string(f.node->port()), "--node",
                                        "1", "--path", "shm"}};
   ASSERT_TRUE(f.peers(1));
@@ -159,8 +160,8 @@ TEST(SameHost, NothingLeaksAfterTheSenderIsKilled) {
   ASSERT_TRUE(f.node);
   auto before = dice::net::data_stats();
   dice::test::child_process learner{
-    {bench, "publisher", "--port", std::to_string(f.node->port()), "--node",
-     "1", "--path", "shm", "--size", "6800000"}};
+    {remote_bench, "publisher", "--port", std::to_string(f.node->port()),
+     "--node", "1", "--path", "shm", "--size", "6800000"}};
   ASSERT_TRUE(f.peers(1));
   // Two snapshots through the shortcut, then a kill -9 at any point. The
   // first one is kept across the kill: it is a mapping of the sender's

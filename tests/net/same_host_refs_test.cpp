@@ -17,6 +17,7 @@
 #include "caf/scoped_actor.hpp"
 
 #include "support/data_listener.hpp"
+#include "support/secret_file.hpp"
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/mman.h>
@@ -36,10 +37,10 @@ using dice::net::data_offer;
 using dice::net::data_plane;
 using clock_type = dice::net::deadline_clock;
 
-const std::string secret = "0123456789abcdef0123456789abcdef";
+using dice::test::secret_1;
 
-struct config : caf::actor_system_config {
-  config() {
+struct refs_system_config : caf::actor_system_config {
+  refs_system_config() {
     dice::add_message_types(*this);
   }
 };
@@ -78,13 +79,13 @@ class SameHostRefs : public ::testing::Test {
   void SetUp() override {
     dice::net::data_plane_config c;
     c.node = 1;
-    c.secret = secret;
+    c.secret = secret_1;
     c.io_timeout = 5s;
     c.max_transfer_bytes = 4 << 20;
     c.max_peer_bytes = 8 << 20;
     c.same_host = true;
     acceptor = data_plane::make(sys, c);
-    auto ln = dice::test::open_data_listener(acceptor, secret);
+    auto ln = dice::test::open_data_listener(acceptor, secret_1);
     ASSERT_TRUE(ln) << caf::to_string(ln.error());
     listener = std::move(*ln);
   }
@@ -97,7 +98,7 @@ class SameHostRefs : public ::testing::Test {
   // A data connection of node 2, bound to a real control session.
   int bound_writer() {
     std::string binding;
-    auto fd = dice::net::dial_channel(secret, "127.0.0.1", listener->port(),
+    auto fd = dice::net::dial_channel(secret_1, "127.0.0.1", listener->port(),
                                       channel::data, clock_type::now() + 2s,
                                       &binding);
     if (!fd)
@@ -107,7 +108,7 @@ class SameHostRefs : public ::testing::Test {
     auto dh = mine->agree(theirs);
     if (!dh)
       return -1; // closes the connection
-    auto key = dice::net::data_session_key(secret, 1, 2, mine->pub(), theirs,
+    auto key = dice::net::data_session_key(secret_1, 1, 2, mine->pub(), theirs,
                                            *dh);
     auto dir = dice::net::data_dialer_writes;
     auto bind = dice::net::encode_bind(
@@ -135,7 +136,7 @@ class SameHostRefs : public ::testing::Test {
     return result;
   }
 
-  config cfg;
+  refs_system_config cfg;
   caf::actor_system sys{cfg};
   std::shared_ptr<data_plane> acceptor;
   std::unique_ptr<dice::net::listener> listener;

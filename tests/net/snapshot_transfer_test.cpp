@@ -31,8 +31,8 @@ using dice::model_snapshot;
 using dice::snapshot_chunk;
 using dice::snapshot_chunker;
 
-model_snapshot make_snapshot(std::size_t nbytes, std::int64_t version,
-                             std::uint8_t seed = 1) {
+model_snapshot make_two_part_snapshot(std::size_t nbytes, std::int64_t version,
+                                      std::uint8_t seed = 1) {
   dice::snapshot_builder b{dice::snapshot_builder::padded(nbytes / 2) * 2};
   std::vector<std::uint8_t> bytes(nbytes / 2);
   for (std::size_t i = 0; i < bytes.size(); ++i)
@@ -94,7 +94,7 @@ class Chunker : public ::testing::Test {
 };
 
 TEST_F(Chunker, SplitsIntoSlicesOfTheSameBufferAndReassembles) {
-  auto x = make_snapshot(10'000, 3);
+  auto x = make_two_part_snapshot(10'000, 3);
   snapshot_chunker out{1024};
   auto chunks = out.split(1, "model", 7, x);
   ASSERT_EQ(chunks.size(), (x.data.size() + 1023) / 1024);
@@ -118,7 +118,7 @@ TEST_F(Chunker, SplitsIntoSlicesOfTheSameBufferAndReassembles) {
 }
 
 TEST_F(Chunker, ACorruptedChunkDropsTheSnapshotWithALogLine) {
-  auto x = make_snapshot(10'000, 3);
+  auto x = make_two_part_snapshot(10'000, 3);
   snapshot_chunker out{1024};
   auto chunks = out.split(1, "model", 7, x);
   chunks[4].checksum ^= 1;
@@ -131,8 +131,8 @@ TEST_F(Chunker, ACorruptedChunkDropsTheSnapshotWithALogLine) {
 }
 
 TEST_F(Chunker, AnInterruptedTransferIsDroppedAndTheNextOneLands) {
-  auto x1 = make_snapshot(10'000, 1, 1);
-  auto x2 = make_snapshot(10'000, 2, 9);
+  auto x1 = make_two_part_snapshot(10'000, 1, 1);
+  auto x2 = make_two_part_snapshot(10'000, 2, 9);
   snapshot_chunker out{1024};
   auto c1 = out.split(1, "model", 7, x1);
   auto c2 = out.split(1, "model", 7, x2);
@@ -154,8 +154,8 @@ TEST_F(Chunker, AnInterruptedTransferIsDroppedAndTheNextOneLands) {
 }
 
 TEST_F(Chunker, InterleavedTransfersOfTwoTopicsStayApart) {
-  auto x1 = make_snapshot(8'000, 1, 1);
-  auto x2 = make_snapshot(8'000, 5, 9);
+  auto x1 = make_two_part_snapshot(8'000, 1, 1);
+  auto x2 = make_two_part_snapshot(8'000, 5, 9);
   snapshot_chunker out{1000};
   auto c1 = out.split(1, "model_a", 7, x1);
   auto c2 = out.split(1, "model_b", 7, x2);
@@ -174,7 +174,7 @@ TEST_F(Chunker, InterleavedTransfersOfTwoTopicsStayApart) {
 }
 
 TEST_F(Chunker, OutOfSequenceAndLostPeerDropWithALogLine) {
-  auto x = make_snapshot(10'000, 3);
+  auto x = make_two_part_snapshot(10'000, 3);
   snapshot_chunker out{1024};
   auto chunks = out.split(1, "model", 7, x);
   snapshot_chunker in;
@@ -192,10 +192,10 @@ TEST_F(Chunker, OutOfSequenceAndLostPeerDropWithALogLine) {
 
 TEST_F(Chunker, SmallSnapshotsAreNotSplit) {
   snapshot_chunker c{1 << 20};
-  EXPECT_FALSE(
-    c.splits(caf::make_message(std::string{"m"}, make_snapshot(1000, 1))));
-  EXPECT_TRUE(
-    c.splits(caf::make_message(std::string{"m"}, make_snapshot(3 << 20, 1))));
+  EXPECT_FALSE(c.splits(
+    caf::make_message(std::string{"m"}, make_two_part_snapshot(1000, 1))));
+  EXPECT_TRUE(c.splits(
+    caf::make_message(std::string{"m"}, make_two_part_snapshot(3 << 20, 1))));
   EXPECT_FALSE(c.splits(caf::make_message(std::string{"m"}, 42)));
 }
 
@@ -226,7 +226,7 @@ TEST_F(FanOut, SixteenLocalReceiversShareOneBuffer) {
                std::vector<std::string>{"model"});
   }
   run();
-  auto x = make_snapshot(1 << 20, 1);
+  auto x = make_two_part_snapshot(1 << 20, 1);
   publish(b, "model", 1, x);
   for (int i = 0; i < n; ++i) {
     ASSERT_EQ(got[i].size(), 1u) << "receiver " << i;
@@ -238,8 +238,8 @@ TEST_F(FanOut, SixteenLocalReceiversShareOneBuffer) {
 
 // -- remote: two actor systems on loopback ------------------------------------
 
-struct net_config : caf::actor_system_config {
-  net_config() {
+struct transfer_system_config : caf::actor_system_config {
+  transfer_system_config() {
     load<caf::io::middleman>();
     dice::add_message_types(*this);
     set("middleman.heartbeat-interval", caf::timespan{0});
@@ -257,8 +257,8 @@ caf::behavior relay(caf::event_based_actor* self, caf::actor target) {
 
 TEST(SnapshotTransfer, LargeSnapshotsReachAPeerInChunksIntact) {
   dice::test::log_capture logs;
-  net_config cfg_a;
-  net_config cfg_b;
+  transfer_system_config cfg_a;
+  transfer_system_config cfg_b;
   caf::actor_system sys_a{cfg_a};
   caf::actor_system sys_b{cfg_b};
   dice::router_config bc_a;
@@ -289,8 +289,8 @@ TEST(SnapshotTransfer, LargeSnapshotsReachAPeerInChunksIntact) {
         FAIL() << caf::to_string(err);
       });
   ASSERT_TRUE(connected);
-  auto small = make_snapshot(1000, 1);
-  auto big = make_snapshot((5 << 20) + 77, 2, 5);
+  auto small = make_two_part_snapshot(1000, 1);
+  auto big = make_two_part_snapshot((5 << 20) + 77, 2, 5);
   // Published by node 1: a peer forwards only its own node's snapshots.
   small.sender = 1;
   big.sender = 1;

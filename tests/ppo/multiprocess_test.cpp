@@ -5,6 +5,8 @@
 // the collectors sent. Bounded, not timed: the budget ends the run.
 
 #include "support/child_process.hpp"
+#include "support/files.hpp"
+#include "support/launch.hpp"
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 #include <unistd.h>
@@ -23,7 +25,7 @@ namespace fs = std::filesystem;
 using dice::test::child_process;
 using json = nlohmann::json;
 
-const std::string bin_dir = std::string{DICE_BINARY_DIR} + "/bin/";
+using dice::test::bin_dir;
 
 json read_json(const fs::path& p) {
   std::ifstream f{p};
@@ -31,19 +33,7 @@ json read_json(const fs::path& p) {
   return j.is_discarded() ? json::object() : j;
 }
 
-struct scratch {
-  fs::path dir;
-  explicit scratch(const std::string& name)
-    : dir(fs::temp_directory_path()
-          / (name + "_" + std::to_string(::getpid()))) {
-    fs::remove_all(dir);
-    fs::create_directories(dir);
-  }
-  ~scratch() {
-    std::error_code ec;
-    fs::remove_all(dir, ec);
-  }
-};
+using dice::test::scratch;
 
 TEST(PpoMultiprocess, FiveProcessesBeatARandomPolicy) {
   scratch out{"dice_ppo_mp"};

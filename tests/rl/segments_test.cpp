@@ -16,7 +16,7 @@ using namespace dice::rl;
 
 namespace {
 
-const step_layout cartpole{4, 2, 0};
+const step_layout cartpole_layout{4, 2, 0};
 
 // `n` zero steps of `layout` (logp -0.5, so they check out).
 step_columns zero_steps(const step_layout& layout, std::size_t n) {
@@ -43,7 +43,7 @@ step_columns zero_steps(const step_layout& layout, std::size_t n) {
 dice::payload make_payload(std::uint32_t origin, int envs, int t,
                            std::int64_t version,
                            std::vector<std::int64_t>* ends = nullptr) {
-  auto xs = zero_steps(cartpole, static_cast<std::size_t>(envs * t));
+  auto xs = zero_steps(cartpole_layout, static_cast<std::size_t>(envs * t));
   for (int e = 0; e < envs; ++e)
     for (int k = 0; k < t; ++k) {
       auto i = static_cast<std::size_t>(e * t + k);
@@ -123,7 +123,7 @@ TEST(StepColumns, BoxActionsRoundTrip) {
 }
 
 TEST(StepColumns, CheckRefusesWhatNoCollectorSends) {
-  auto ok = zero_steps(cartpole, 3);
+  auto ok = zero_steps(cartpole_layout, 3);
   EXPECT_EQ(check(ok), "");
   auto bad = [&](const std::function<void(step_columns&)>& mutate) {
     auto x = ok;
@@ -217,12 +217,12 @@ TEST(StepColumns, CheckRefusesWhatNoCollectorSends) {
 }
 
 TEST(StepColumns, UnpackRefusesWhatCheckRefusesAndCountsThatDisagree) {
-  auto xs = zero_steps(cartpole, 2);
+  auto xs = zero_steps(cartpole_layout, 2);
   xs.discrete_actions[1] = 9;
   auto r = unpack_steps(pack_steps(xs));
   ASSERT_FALSE(r);
   EXPECT_TRUE(dice::is(r.error(), dice::errc::malformed_input));
-  auto p = pack_steps(zero_steps(cartpole, 2));
+  auto p = pack_steps(zero_steps(cartpole_layout, 2));
   p.count = 3;
   EXPECT_FALSE(unpack_steps(p));
   p.count = 2;
@@ -269,9 +269,9 @@ TEST(CutSegments, TwoCollectorsMergedWithOffsets) {
   EXPECT_EQ(r->segments, 3);
   EXPECT_EQ(r->segment_end,
             (std::vector<std::uint8_t>{0, 0, 1, 0, 0, 1, 0, 0, 0, 1}));
-  EXPECT_EQ(r->steps.obs[3 * 4], 2100.0f); // node 2, env 1, step 0
-  EXPECT_EQ(r->steps.obs[6 * 4], 3000.0f); // node 3, env 0, step 0
-  EXPECT_EQ(r->steps.layout, cartpole);    // adopted from the first payload
+  EXPECT_EQ(r->steps.obs[3 * 4], 2100.0f);     // node 2, env 1, step 0
+  EXPECT_EQ(r->steps.obs[6 * 4], 3000.0f);     // node 3, env 0, step 0
+  EXPECT_EQ(r->steps.layout, cartpole_layout); // adopted from the first payload
   EXPECT_EQ(check(r->steps), "");
   EXPECT_EQ(in.counters.steps_received, 10);
   EXPECT_EQ(in.counters.segments_received, 3);
@@ -312,7 +312,7 @@ TEST(CutSegments, EndIndicesMustCoverEveryPayloadEnd) {
 TEST(CutSegments, ABadPayloadIsDroppedAndTheOthersKept) {
   auto a = make_payload(2, 1, 3, 0);
   // Node 3 sends an action that does not exist.
-  auto xs = zero_steps(cartpole, 2);
+  auto xs = zero_steps(cartpole_layout, 2);
   xs.discrete_actions[1] = 9;
   auto b = pack_steps(xs, 3, 0);
   // Node 4's bytes are cut short (claimed count kept).
@@ -339,7 +339,7 @@ TEST(CutSegments, APayloadOfAnotherLayoutIsDropped) {
   // Node 4 sends Box actions.
   auto c = pack_steps(zero_steps(step_layout{4, 0, 2}, 2), 4, 0);
   intake in;
-  in.opts.layout = cartpole;
+  in.opts.layout = cartpole_layout;
   auto r = in.cut({b, a, c}, {1, 4, 6});
   ASSERT_TRUE(r) << dice::render(r.error());
   EXPECT_EQ(r->size(), 3u);
@@ -439,7 +439,7 @@ TEST(LagSummary, LargeLagsShareTheLastBucket) {
 
 TEST(TrajectoryFlags, SegmentEndsTerminationsAndTruncations) {
   segment_batch b;
-  b.steps = zero_steps(cartpole, 4);
+  b.steps = zero_steps(cartpole_layout, 4);
   b.steps.terminated[1] = 1;
   b.steps.truncated[2] = 1;
   b.segment_end = {0, 0, 0, 1};

@@ -225,6 +225,12 @@ class child_process {
   std::optional<int> code_;
 };
 
+/// Seconds from `t0` to now.
+inline double secs_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+    .count();
+}
+
 /// The pid of `launcher`'s child (dice-launch's node) started with
 /// `--dice.node-id=ID` (-1 while it has none).
 inline pid_t launched_node_pid(pid_t launcher, int id) {

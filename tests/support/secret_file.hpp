@@ -11,6 +11,11 @@
 
 namespace dice::test {
 
+/// The cluster secret of in-process tests (32 bytes).
+inline const std::string secret_1 = "0123456789abcdef0123456789abcdef";
+/// Another cluster's secret, for tests of nodes that must not meet.
+inline const std::string secret_2 = "fedcba9876543210fedcba9876543210";
+
 /// A secret file in a fresh temporary directory.
 struct secret_file {
   /// The directory (mode 0700 by umask).

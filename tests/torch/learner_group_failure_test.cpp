@@ -16,6 +16,10 @@
 
 namespace {
 
+using dice::test::is_failure;
+using dice::test::ms_since;
+using dice::test::test_config;
+
 using namespace std::chrono_literals;
 using clock_type = std::chrono::steady_clock;
 using dice::errc;
@@ -26,19 +30,6 @@ using dice::test::module_bytes;
 using dice::test::tiny_net;
 using dice::test::train_step;
 using dice::test::with_group;
-
-learner_group_config config(int rank, int size, std::uint16_t port) {
-  return dice::test::test_config(rank, size, port);
-}
-
-double ms_since(clock_type::time_point t0) {
-  return std::chrono::duration<double, std::milli>(clock_type::now() - t0)
-    .count();
-}
-
-bool is_failure(const caf::error& err) {
-  return dice::is(err, errc::timeout) || dice::is(err, errc::unreachable);
-}
 
 // What the survivors hand each other to re-form: the new rank 0's port.
 struct reform_channel {
@@ -126,7 +117,7 @@ struct countdown {
 };
 
 TEST(LearnerGroupFailure, HungRankEndsTheStepWithinTimeoutThenSurvivorsReform) {
-  auto base = config(0, 3, 0);
+  auto base = test_config(0, 3, 0);
   base.timeout = 1000ms;
   countdown failed{2};
   reform_channel ch;
@@ -185,7 +176,7 @@ TEST(LearnerGroupFailure, SurvivorsReformWhenRankZeroLeaves) {
   std::vector<caf::error> errs(3);
   std::vector<double> fail_ms(3, 0), reform_ms(3, 0);
   std::vector<std::string> after(3);
-  with_group(config(0, 3, 0), [&](int r, learner_group& g) {
+  with_group(test_config(0, 3, 0), [&](int r, learner_group& g) {
     auto net = make_net(10 + r);
     torch::optim::Adam opt{net->parameters(), torch::optim::AdamOptions(1e-2)};
     ASSERT_FALSE(g.broadcast_parameters(*net));

@@ -26,6 +26,10 @@
 
 namespace {
 
+using dice::test::is_failure;
+using dice::test::ms_since;
+using dice::test::test_config;
+
 using namespace std::chrono_literals;
 using clock_type = std::chrono::steady_clock;
 using dice::errc;
@@ -38,25 +42,12 @@ using dice::test::tiny_net;
 using dice::test::train_step;
 using dice::test::with_group;
 
-learner_group_config config(int rank, int size, std::uint16_t port) {
-  return dice::test::test_config(rank, size, port);
-}
-
-double ms_since(clock_type::time_point t0) {
-  return std::chrono::duration<double, std::milli>(clock_type::now() - t0)
-    .count();
-}
-
-bool is_failure(const caf::error& err) {
-  return dice::is(err, errc::timeout) || dice::is(err, errc::unreachable);
-}
-
 // Attack: raw bytes at rank 0's rendezvous port once the group runs. The
 // TCPStore trusts a 17-byte header to size its allocation (measured with
 // the store left open: +1 GiB of resident memory), and it listens on every
 // interface. Closed after forming, the port refuses the connection.
 TEST(LearnerGroupGuard, StorePortIsClosedOnceTheGroupFormed) {
-  auto c0 = config(0, 2, 0);
+  auto c0 = test_config(0, 2, 0);
   auto g0 = learner_group::create(c0);
   ASSERT_TRUE(g0) << dice::render(g0.error());
   auto port = g0->store_port();
@@ -79,7 +70,7 @@ TEST(LearnerGroupGuard, StorePortIsClosedOnceTheGroupFormed) {
   // While forming, the store listens (the exposure that remains).
   EXPECT_EQ(try_connect(), 0);
   std::thread peer{[&] {
-    auto g1 = learner_group::form(config(1, 2, port));
+    auto g1 = learner_group::form(test_config(1, 2, port));
     ASSERT_TRUE(g1) << dice::render(g1.error());
     EXPECT_FALSE(error_of(g1->all_gather(1)));
   }};
@@ -95,22 +86,22 @@ TEST(LearnerGroupGuard, BadConfigIsAnError) {
     auto g = learner_group::create(c);
     return !g && dice::is(g.error(), errc::invalid_config);
   };
-  EXPECT_TRUE(bad(config(0, 0, 0)));
-  EXPECT_TRUE(bad(config(2, 2, 1234)));
-  EXPECT_TRUE(bad(config(-1, 2, 1234)));
-  EXPECT_TRUE(bad(config(1, 2, 0))); // rank 1 needs rank 0's port
-  auto c = config(0, 2, 0);
+  EXPECT_TRUE(bad(test_config(0, 0, 0)));
+  EXPECT_TRUE(bad(test_config(2, 2, 1234)));
+  EXPECT_TRUE(bad(test_config(-1, 2, 1234)));
+  EXPECT_TRUE(bad(test_config(1, 2, 0))); // rank 1 needs rank 0's port
+  auto c = test_config(0, 2, 0);
   c.timeout = 0ms;
   EXPECT_TRUE(bad(c));
-  c = config(0, 2, 0);
+  c = test_config(0, 2, 0);
   c.join_timeout = 999ms;
   EXPECT_TRUE(bad(c));
-  c = config(0, 2, 0);
+  c = test_config(0, 2, 0);
   c.bucket_bytes = 0;
   EXPECT_TRUE(bad(c));
-  auto next = learner_group::next_generation(config(1, 3, 1), {0, 2});
+  auto next = learner_group::next_generation(test_config(1, 3, 1), {0, 2});
   EXPECT_FALSE(next) << "rank 1 is not among the survivors";
-  next = learner_group::next_generation(config(2, 3, 1), {2, 0});
+  next = learner_group::next_generation(test_config(2, 3, 1), {2, 0});
   ASSERT_TRUE(next);
   EXPECT_EQ(next->rank, 1);
   EXPECT_EQ(next->size, 2);
@@ -118,7 +109,7 @@ TEST(LearnerGroupGuard, BadConfigIsAnError) {
 }
 
 TEST(LearnerGroupGuard, JoinWithoutPeersEndsAtTheJoinTimeout) {
-  auto c = config(0, 2, 0);
+  auto c = test_config(0, 2, 0);
   c.join_timeout = 1s;
   auto g = learner_group::create(c);
   ASSERT_TRUE(g);
@@ -138,7 +129,7 @@ TEST(LearnerGroupGuard, JoinWithoutPeersEndsAtTheJoinTimeout) {
   socklen_t len = sizeof(addr);
   ::getsockname(s, reinterpret_cast<sockaddr*>(&addr), &len);
   ::close(s); // bound once, now free: nobody listens there
-  auto c1 = config(1, 2, ntohs(addr.sin_port));
+  auto c1 = test_config(1, 2, ntohs(addr.sin_port));
   c1.join_timeout = 1s;
   t0 = clock_type::now();
   auto g1 = learner_group::form(c1);
@@ -150,7 +141,7 @@ TEST(LearnerGroupGuard, JoinWithoutPeersEndsAtTheJoinTimeout) {
 }
 
 TEST(LearnerGroupGuard, RankClaimedTwiceIsRefused) {
-  auto c0 = config(0, 2, 0);
+  auto c0 = test_config(0, 2, 0);
   c0.join_timeout = 5s;
   auto g0 = learner_group::create(c0);
   ASSERT_TRUE(g0);
@@ -159,7 +150,7 @@ TEST(LearnerGroupGuard, RankClaimedTwiceIsRefused) {
   std::vector<std::thread> threads;
   for (int i = 0; i < 2; ++i)
     threads.emplace_back([&, i] {
-      auto c = config(1, 2, port);
+      auto c = test_config(1, 2, port);
       c.join_timeout = 5s;
       auto g = learner_group::form(c);
       errs[i] = g ? error_of(g->all_gather(i)) : g.error();
@@ -181,7 +172,7 @@ TEST(LearnerGroupGuard, RankClaimedTwiceIsRefused) {
 
 TEST(LearnerGroupGuard, DifferentModelsAreAMismatchNotAHang) {
   std::vector<caf::error> errs(2);
-  with_group(config(0, 2, 0), [&](int r, learner_group& g) {
+  with_group(test_config(0, 2, 0), [&](int r, learner_group& g) {
     torch::manual_seed(1);
     tiny_net net{16, r == 0 ? 32 : 33, 4};
     for (auto& p : net->parameters())
@@ -194,7 +185,7 @@ TEST(LearnerGroupGuard, DifferentModelsAreAMismatchNotAHang) {
 }
 
 TEST(LearnerGroupGuard, SingleLearnerNeedsNoNetwork) {
-  auto g = learner_group::form(config(0, 1, 0));
+  auto g = learner_group::form(test_config(0, 1, 0));
   ASSERT_TRUE(g) << dice::render(g.error());
   EXPECT_EQ(g->store_port(), 0);
   auto net = make_net(3);
@@ -208,7 +199,7 @@ TEST(LearnerGroupGuard, SingleLearnerNeedsNoNetwork) {
 
 TEST(LearnerGroupGuard, CallsAfterAbortFailWithoutBlocking) {
   std::vector<bool> ok(2, false);
-  with_group(config(0, 2, 0), [&](int r, learner_group& g) {
+  with_group(test_config(0, 2, 0), [&](int r, learner_group& g) {
     auto net = make_net(1);
     EXPECT_FALSE(g.broadcast_parameters(*net));
     g.abort();
@@ -268,7 +259,7 @@ class memory_store : public dice::rendezvous_store {
 TEST(LearnerGroupGuard, FormsThroughAPluggableStore) {
   auto store = std::make_shared<memory_store>();
   auto bytes = dice::test::train_three_without_a_store_port([&](int r) {
-    auto c = config(r, 3, 0);
+    auto c = test_config(r, 3, 0);
     c.store = store;
     return c;
   });
@@ -306,7 +297,7 @@ TEST(LearnerGroupInsider, BytesBeyondTheReceiversBufferEndItsProcess) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_EXIT(
     {
-      with_group(config(0, 2, 0), [](int r, learner_group& g) {
+      with_group(test_config(0, 2, 0), [](int r, learner_group& g) {
         std::vector<double> xs(r == 0 ? 64 : 4096, 1.0);
         (void)g.all_reduce_sum(xs);
       });

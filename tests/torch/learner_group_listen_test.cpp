@@ -8,6 +8,7 @@
 
 #include "learner_group_sockets.hpp"
 #include "support/child_process.hpp"
+#include "support/launch.hpp"
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -33,7 +34,7 @@ using dice::test::listening_sockets;
 using dice::test::read_all;
 using dice::test::scratch;
 
-const std::string bin_dir = std::string{DICE_BINARY_DIR} + "/bin/";
+using dice::test::bin_dir;
 
 TEST(LearnerGroupListen, DiceLaunchGroupOpensNoStorePortAndNoWildcard) {
   scratch out{"dice_lg_listen"};

@@ -7,6 +7,7 @@
 
 #include "learner_group_sockets.hpp"
 #include "learner_group_support.hpp"
+#include "support/secret_file.hpp"
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -24,7 +25,7 @@ using dice::learner_group_config;
 using dice::detail::router_store;
 using namespace dice::test;
 
-const std::string secret = "0123456789abcdef0123456789abcdef";
+using dice::test::secret_1;
 
 /// Moves every store's outgoing texts to all the other stores (a broadcast
 /// topic), until destroyed.
@@ -171,7 +172,7 @@ TEST(LearnerGroupRouterStore, GroupFormsThroughTheRouterStoreAndPairsProve) {
   test_router bus{stores};
   auto bytes = dice::test::train_three_without_a_store_port([&](int r) {
     auto c = config(r, 3, stores[static_cast<std::size_t>(r)]);
-    c.secret = secret;
+    c.secret = secret_1;
     return c;
   });
   ASSERT_FALSE(bytes[0].empty());
@@ -191,7 +192,7 @@ TEST(LearnerGroupProof, RankWithoutTheSecretFailsFormingOnEveryRank) {
   for (int r = 0; r < 3; ++r)
     threads.emplace_back([&, r] {
       auto c = config(r, 3, stores[static_cast<std::size_t>(r)]);
-      c.secret = r == 2 ? std::string(32, 'x') : secret;
+      c.secret = r == 2 ? std::string(32, 'x') : secret_1;
       auto g = learner_group::create(c);
       ASSERT_TRUE(g) << dice::render(g.error());
       errors[static_cast<std::size_t>(r)] = g->join();

@@ -69,7 +69,7 @@ inline caf::error train_step(learner_group& g, tiny_net& net,
 /// one gradient reduced in place).
 inline learner_group_config
 test_config(int rank, int size, std::uint16_t port,
-            reduce_mode mode = reduce_mode::bucketed) {
+            reduce_mode mode = reduce_mode::automatic) {
   learner_group_config c;
   c.rank = rank;
   c.size = size;
@@ -156,6 +156,18 @@ std::vector<std::string> train_three_without_a_store_port(ConfigOf config_of) {
   for (auto& t : threads)
     t.join();
   return bytes;
+}
+
+/// Milliseconds from `t0` to now.
+inline double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(
+           std::chrono::steady_clock::now() - t0)
+    .count();
+}
+
+/// How a learner group reports a lost member: a timeout or unreachable.
+inline bool is_failure(const caf::error& err) {
+  return is(err, errc::timeout) || is(err, errc::unreachable);
 }
 
 } // namespace dice::test

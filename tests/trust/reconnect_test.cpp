@@ -67,9 +67,7 @@ std::string drained(process& p) {
   return p.text();
 }
 
-double secs_since(clock_type::time_point t0) {
-  return std::chrono::duration<double>(clock_type::now() - t0).count();
-}
+using dice::test::secs_since;
 
 class Reconnect : public ::testing::Test {
  protected:

@@ -84,9 +84,7 @@ std::optional<report> report_of(const process& p) {
   return std::nullopt;
 }
 
-double secs_since(clock_type::time_point t0) {
-  return std::chrono::duration<double>(clock_type::now() - t0).count();
-}
+using dice::test::secs_since;
 
 // A learner (node 0) with one collector (node 1) running; `end_run` adds
 // collector 2, whose max_step ends the run, and checks that every

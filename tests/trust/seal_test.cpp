@@ -24,6 +24,7 @@
 
 #include "support/deterministic.hpp"
 #include "support/planets.hpp"
+#include "support/secret_file.hpp"
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -49,7 +50,7 @@ struct loot {
   std::vector<caf::actor> spies;
 };
 
-const std::string secret = "0123456789abcdef0123456789abcdef";
+using dice::test::secret_1;
 
 // Planet 0: the learner's router a (node 0) with member ma on "t" and "model",
 // its gate published on port 8080. Planet 1: a genuine collector b (node 1)

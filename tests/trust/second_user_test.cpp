@@ -8,6 +8,7 @@
 // wait has a deadline.
 
 #include "support/child_process.hpp"
+#include "support/launch.hpp"
 #include "support/secret_file.hpp"
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -26,7 +27,7 @@ using dice::test::child_process;
 using dice::test::secret_file;
 namespace fs = std::filesystem;
 
-const std::string bin_dir = std::string{DICE_BINARY_DIR} + "/bin/";
+using dice::test::bin_dir;
 
 /// Runs `argv` to its end (60 s at most); its exit code, -1 if it did not
 /// end.

@@ -5,6 +5,7 @@
 // produced arrived at the learner exactly once. Every wait has a deadline.
 
 #include "support/child_process.hpp"
+#include "support/launch.hpp"
 #include "support/secret_file.hpp"
 #include <dirent.h>
 #include <gtest/gtest.h>
@@ -26,7 +27,7 @@ using namespace std::chrono_literals;
 using dice::test::child_process;
 using clock_type = std::chrono::steady_clock;
 
-const std::string bin_dir = std::string{DICE_BINARY_DIR} + "/bin/";
+using dice::test::bin_dir;
 
 /// Resident memory of `pid` in KiB (-1: gone).
 long rss_kib(pid_t pid) {
