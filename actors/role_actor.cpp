@@ -51,6 +51,20 @@ role_state::role_state(role_actor::stateful_pointer<role_state> ptr)
 role_actor::behavior_type
 role_behavior(role_actor::stateful_pointer<role_state> self, role_config cfg,
               pipeline pipe) {
+  // CAF runs this on the actor's own thread when it is detached: lower it
+  // before any middleware starts computing or LibTorch starts its threads
+  // (they inherit it). A pool worker is shared and keeps its priority.
+  if (cfg.detached && cfg.thread_nice != 0
+      && !deterministic_scheduler(self->system())) {
+    if (auto n = lower_this_thread(cfg.thread_nice))
+      log::info(cfg.node,
+                "role thread at nice " + std::to_string(*n)
+                  + " (--dice.role-nice " + std::to_string(cfg.thread_nice)
+                  + ")");
+    else
+      log::warning(cfg.node,
+                   "role thread keeps its priority: " + render(n.error()));
+  }
   self->state.init(std::move(cfg), std::move(pipe));
   return {
     [=](const std::string& topic, const context_delta& x) {

@@ -2,17 +2,22 @@
 // item 4). Two role actors run real DQN gradient steps (LibTorch, the demo's
 // Q-network and replay buffer) back to back; a pinger and a ponger role
 // actor bounce a context delta through the router and time each round trip.
-// The router, pinger and ponger always run on CAF's worker pool. Three runs in
-// one process: no trainers (the baseline), trainers on the pool too (role
-// actors not detached: dice before this change), and trainers on their own
-// threads (the default now). The pool has as many
+// The router, pinger and ponger always run on CAF's worker pool.
+// Configurations, run in one process in interleaved rounds: no trainers
+// (the baseline), trainers on the pool too (role actors not detached: dice
+// before issue 10), trainers on their own threads at the pool's priority
+// (before issue 25), and trainers on their own threads at nice
+// +default_role_nice (now): the kernel then runs a woken pool worker at
+// once instead of letting a trainer finish its slice. The pool has as many
 // workers as there are trainers, as on a 2-core machine, whatever this
 // machine has.
 //
 // Prints one JSON object (bench/run reads it):
-//   {"idle": {...}, "pool": {...}, "detached": {...}} with, per run, the
+//   {"idle": {...}, "pool": {...}, "detached_plain": {...}, ...,
+//    "detached": {...}} with, per configuration, the
 //   round trips' p50/p99/max in microseconds and the trainers' updates/s.
 
+#include "dice/actors/scheduling.hpp"
 #include "dice/logging/log.hpp"
 #include "dice/messages/context_delta.hpp"
 #include "dice/rl/dqn.hpp"
@@ -50,6 +55,22 @@ struct bench_config : caf::actor_system_config {
     set("scheduler.max-threads", trainers);
     dice::add_message_types(*this);
   }
+};
+
+// One configuration of the scheduling under test.
+struct variant {
+  const char* name;
+  int trainers;
+  bool detached;
+  int role_nice;
+};
+
+// What one configuration measured over all its rounds.
+struct totals {
+  std::vector<double> rtt_us;
+  int lost = 0;
+  long updates = 0;
+  double seconds = 0;
 };
 
 // A learner-like stage: `updates` DQN gradient steps per iteration, on a
@@ -198,7 +219,7 @@ double percentile(std::vector<double> xs, double p) {
   return xs[i];
 }
 
-nlohmann::json run(int with_trainers, bool detached, int pings, int updates) {
+void run(const variant& v, int pings, int updates, totals& out) {
   bench_config cfg;
   caf::actor_system sys{cfg};
   auto probe = std::make_shared<probe_result>();
@@ -220,7 +241,7 @@ nlohmann::json run(int with_trainers, bool detached, int pings, int updates) {
     n.detached = false;
     nodes.push_back(std::move(n));
   }
-  for (int i = 0; i < with_trainers; ++i) {
+  for (int i = 0; i < v.trainers; ++i) {
     dice::pipeline p;
     p.use(trainer(updates, done));
     nodes.push_back(dice::local_node{static_cast<std::uint32_t>(2 + i),
@@ -231,7 +252,8 @@ nlohmann::json run(int with_trainers, bool detached, int pings, int updates) {
   dice::local_run_options opts;
   opts.print_reports = false;
   opts.deadline = std::chrono::minutes{5};
-  opts.detached_roles = detached;
+  opts.detached_roles = v.detached;
+  opts.role_nice = v.role_nice;
   auto t0 = clock_type::now();
   auto reps = dice::run_local(sys, std::move(nodes), opts);
   auto secs = std::chrono::duration<double>(clock_type::now() - t0).count();
@@ -239,13 +261,21 @@ nlohmann::json run(int with_trainers, bool detached, int pings, int updates) {
     std::cerr << "run failed: " << dice::render(reps.error()) << std::endl;
     std::exit(1);
   }
-  return {{"p50_us", percentile(probe->rtt_us, 0.5)},
-          {"p99_us", percentile(probe->rtt_us, 0.99)},
-          {"max_us", percentile(probe->rtt_us, 1.0)},
-          {"round_trips", probe->rtt_us.size()},
-          {"lost", probe->lost},
-          {"updates_per_s", static_cast<double>(done->load()) / secs},
-          {"seconds", secs}};
+  out.rtt_us.insert(out.rtt_us.end(), probe->rtt_us.begin(),
+                    probe->rtt_us.end());
+  out.lost += probe->lost;
+  out.updates += done->load();
+  out.seconds += secs;
+}
+
+nlohmann::json summary(const totals& t) {
+  return {{"p50_us", percentile(t.rtt_us, 0.5)},
+          {"p99_us", percentile(t.rtt_us, 0.99)},
+          {"max_us", percentile(t.rtt_us, 1.0)},
+          {"round_trips", t.rtt_us.size()},
+          {"lost", t.lost},
+          {"updates_per_s", static_cast<double>(t.updates) / t.seconds},
+          {"seconds", t.seconds}};
 }
 
 } // namespace
@@ -255,7 +285,8 @@ int main(int argc, char** argv) {
   auto parsed = dice::bench::parse_options(
     "router_latency_bench",
     "Round trips through the router while two learners train.",
-    {{"quick", value_kind::flag, "100 round trips per run, not 1000 (CI)"},
+    {{"quick", value_kind::flag,
+      "100 round trips per configuration, not 1000 (CI)"},
      {"verbose", value_kind::flag, "dice's info logs"}},
     {}, argc, argv);
   if (auto* code = std::get_if<int>(&parsed))
@@ -272,9 +303,22 @@ int main(int argc, char** argv) {
   out["trainers"] = trainers;
   out["pool_workers"] = trainers;
   out["updates_per_iteration"] = updates;
-  out["idle"] = run(0, false, pings, updates);
-  out["pool"] = run(trainers, false, pings, updates);
-  out["detached"] = run(trainers, true, pings, updates);
+  out["role_nice"] = dice::default_role_nice;
+  const variant variants[] = {
+    {"idle", 0, true, dice::default_role_nice},
+    {"pool", trainers, false, 0},
+    {"detached_plain", trainers, true, 0},
+    {"detached", trainers, true, dice::default_role_nice},
+  };
+  // Rounds interleave the configurations, so that what else this machine
+  // runs meanwhile weighs on each of them alike.
+  int rounds = given.has("quick") ? 2 : 5;
+  std::vector<totals> got(std::size(variants));
+  for (int r = 0; r < rounds; ++r)
+    for (std::size_t i = 0; i < std::size(variants); ++i)
+      run(variants[i], pings / rounds, updates, got[i]);
+  for (std::size_t i = 0; i < std::size(variants); ++i)
+    out[variants[i].name] = summary(got[i]);
   std::cout << out.dump() << std::endl;
   return 0;
 }

@@ -34,6 +34,7 @@ std::vector<role_supervisor> make_nodes(std::vector<local_node> nodes,
     cfg.print_report = opts.print_reports;
     cfg.report_to = report_to;
     cfg.detached = opts.detached_roles && n.detached;
+    cfg.thread_nice = opts.role_nice;
     result.emplace_back(std::move(cfg), std::move(n.pipe), opts.max_restarts,
                         std::move(n.rebuild));
   }

@@ -180,6 +180,7 @@ caf::expected<node_report> node::run(pipeline pipe, node_run_options opts) {
   rc.print_report = opts.print_report;
   rc.report_to = caf::actor_cast<caf::actor>(self);
   rc.detached = opts.detached_role;
+  rc.thread_nice = cfg_.role_nice;
   rc.restarts = cfg_.restart_count;
   rc.spool_dir = cfg_.spool_dir;
   rc.spool_fsync = cfg_.spool_fsync;

@@ -242,6 +242,11 @@ caf::expected<node_config> make_node_config(const node_system_config& cfg) {
   result.max_restarts = cfg.max_restarts;
   result.spool_dir = cfg.spool_dir;
   result.spool_fsync = cfg.spool_fsync;
+  if (cfg.role_nice < 0 || cfg.role_nice > 19)
+    return make_error(errc::invalid_config,
+                      "dice.role-nice must be between 0 and 19, not "
+                        + std::to_string(cfg.role_nice));
+  result.role_nice = static_cast<int>(cfg.role_nice);
   if (auto restarted = env("DICE_RESTART_COUNT")) {
     std::uint64_t n = 0;
     if (!parse_uint(restarted, n) || n > 1000000)

@@ -76,7 +76,11 @@ node_system_config::node_system_config() {
          "collectors spool unacknowledged context deltas here; a restarted "
          "collector republishes them (empty: no spool)")
     .add(spool_fsync, "spool-fsync",
-         "flush every spool write to disk (power loss; kill -9 needs none)");
+         "flush every spool write to disk (power loss; kill -9 needs none)")
+    .add(role_nice, "role-nice",
+         "nice value added to each role actor's thread (and the LibTorch "
+         "threads it starts), so the router and I/O threads answer while "
+         "it trains (0: unchanged; default 5)");
 }
 
 } // namespace dice

@@ -164,6 +164,7 @@ int run_embedded(caf::actor_system& sys, const run_config& opts,
   }
   local_run_options lro;
   lro.max_restarts = base.max_restarts;
+  lro.role_nice = base.role_nice;
   lro.print_reports = process.print_reports;
   lro.deadline = process.deadline;
   lro.stop_on_signals = true;

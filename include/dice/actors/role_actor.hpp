@@ -1,6 +1,7 @@
 #pragma once
 
 #include "dice/actors/router.hpp"
+#include "dice/actors/scheduling.hpp"
 #include "dice/core/node_report.hpp"
 #include "dice/messages/context_ack.hpp"
 #include "dice/messages/context_delta.hpp"
@@ -85,6 +86,12 @@ struct role_config {
   /// router routes on (bench/router_latency_bench). Ignored on CAF's test
   /// coordinator (deterministic mode), where every actor shares one thread.
   bool detached = true;
+  /// A detached role actor adds this to its thread's nice value when it
+  /// starts (lower_this_thread; 0: unchanged): its compute, and LibTorch's
+  /// threads it starts, then yield to the router and CAF's I/O threads
+  /// when both want a core (bench/router_latency_bench). An actor on the
+  /// pool never renices (the worker is shared).
+  int thread_nice = default_role_nice;
   /// Where a collector's context exchanger spools unacknowledged deltas
   /// (node_services::spool_dir; empty: no spool).
   std::string spool_dir;

@@ -5,6 +5,8 @@
 #include "caf/actor_system.hpp"
 #include "caf/actor_system_config.hpp"
 #include "caf/atom.hpp"
+#include "caf/error.hpp"
+#include "caf/expected.hpp"
 #include "caf/scheduler/test_coordinator.hpp"
 
 namespace dice {
@@ -26,5 +28,19 @@ inline bool deterministic_scheduler(caf::actor_system& sys) {
 inline void make_deterministic(caf::actor_system_config& cfg) {
   cfg.set("scheduler.policy", caf::atom("testing"));
 }
+
+/// Nice value by which a role actor lowers its own thread by default
+/// (role_config::thread_nice, --dice.role-nice): its middleware computes
+/// (gradient steps, environments, evaluation) while the router and CAF's
+/// I/O threads must answer within their idle latency (issue 25, item 4;
+/// bench/router_latency_bench).
+constexpr int default_role_nice = 5;
+
+/// Lowers the calling thread's scheduling priority by `nice` (added to its
+/// nice value, capped at 19; 0 changes nothing). Linux nice values are per
+/// thread and inherited by threads it starts later (LibTorch's OpenMP pool),
+/// never by others. Returns the new nice value, or an error if the kernel
+/// refused (the thread then keeps its priority).
+caf::expected<int> lower_this_thread(int nice);
 
 } // namespace dice

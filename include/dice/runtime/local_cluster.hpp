@@ -53,6 +53,9 @@ struct local_run_options {
   /// Run each role actor on its own thread, so that one that trains never
   /// holds a worker the router needs (see role_config::detached).
   bool detached_roles = true;
+  /// Nice value each detached role actor adds to its thread
+  /// (role_config::thread_nice, --dice.role-nice).
+  int role_nice = default_role_nice;
   /// SIGINT or SIGTERM finishes the run as the first node's own finish
   /// (reason "SIGTERM", not failed; stop_signals.hpp); dice::run sets it.
   bool stop_on_signals = false;

@@ -1,6 +1,7 @@
 #pragma once
 
 #include "dice/actors/relay_mode.hpp"
+#include "dice/actors/scheduling.hpp"
 #include "dice/core/role.hpp"
 #include "dice/security/auth.hpp"
 
@@ -160,6 +161,9 @@ struct node_config {
   std::string spool_dir;
   /// fdatasync every spool write (survives power loss, not only kill -9).
   bool spool_fsync = false;
+  /// Nice value a detached role actor adds to its thread
+  /// (role_config::thread_nice, --dice.role-nice).
+  int role_nice = default_role_nice;
 };
 
 /// An actor system config with the node settings as options (group
@@ -224,6 +228,8 @@ class node_system_config : public caf::actor_system_config {
   std::string spool_dir;
   /// dice.spool-fsync: flush every spool write to disk.
   bool spool_fsync = false;
+  /// dice.role-nice: nice value added to the role actor's thread.
+  std::int64_t role_nice = default_role_nice;
 };
 
 /// Builds the node settings from the options and, when dice.node-id is not
