@@ -51,7 +51,8 @@ dqn_env_shape(const vector_env::factory& make) {
 dqn_run_config::dqn_run_config() {
   dqn.add_to(custom_options_);
   opt_group{custom_options_, "global"}
-    .add(reduce, "reduce", "a learner group's all-reduce: bucketed or flat")
+    .add(reduce, "reduce",
+         "a learner group's all-reduce: automatic, exchange, bucketed or flat")
     .add(verify_every, "verify-every",
          "a learner group checks that parameters are identical every N "
          "iterations and logs digests to OUT/digests-NODE.txt (0: never)");
@@ -66,9 +67,13 @@ caf::expected<dqn_run_options> dqn_run_config::resolve() const {
   dqn_run_options x;
   if (reduce == "flat")
     x.reduce = reduce_mode::flat;
-  else if (reduce != "bucketed")
+  else if (reduce == "bucketed")
+    x.reduce = reduce_mode::bucketed;
+  else if (reduce == "exchange")
+    x.reduce = reduce_mode::exchange;
+  else if (reduce != "automatic")
     return make_error(errc::invalid_config,
-                      "--reduce must be bucketed or flat");
+                      "--reduce must be automatic, exchange, bucketed or flat");
   if (learners < 0 || learners > 64)
     return make_error(errc::invalid_config, "--learners must be 1..64");
   if (verify_every < 0)

@@ -40,21 +40,26 @@ graveyard& the_graveyard() {
 
 } // namespace
 
-void bury(pg_ptr pg, std::vector<c10::intrusive_ptr<c10d::Work>> works) {
+void bury(pg_ptr pg, std::vector<c10::intrusive_ptr<c10d::Work>> works,
+          std::vector<c10::intrusive_ptr<c10d::Work>> p2p) {
   auto& g = the_graveyard();
   std::lock_guard<std::mutex> guard{g.mtx};
-  g.threads.emplace_back(
-    [pg = std::move(pg), works = std::move(works)]() mutable {
-      for (auto& w : works) {
-        try {
-          w->wait();
-        } catch (const std::exception&) {
-          // Expected: the connections were broken under it.
-        }
+  // Sends and receives are not waited for: on a closed pair they end only
+  // at the timeout (aborted, a wait returns once). They hold their buffers
+  // until the group is gone.
+  g.threads.emplace_back([pg = std::move(pg), works = std::move(works),
+                          p2p = std::move(p2p)]() mutable {
+    for (auto& w : works) {
+      try {
+        w->wait();
+      } catch (const std::exception&) {
+        // Expected: the connections were broken under it.
       }
-      works.clear();
-      pg.reset(); // joins Gloo's worker threads
-    });
+    }
+    works.clear();
+    pg.reset(); // joins Gloo's worker threads
+    p2p.clear();
+  });
 }
 
 } // namespace dice::detail
@@ -66,7 +71,12 @@ using detail::from_exception;
 using detail::pg_ptr;
 
 std::string to_string(reduce_mode x) {
-  return x == reduce_mode::flat ? "flat" : "bucketed";
+  switch (x) {
+    case reduce_mode::flat: return "flat";
+    case reduce_mode::exchange: return "exchange";
+    case reduce_mode::automatic: return "automatic";
+    default: return "bucketed";
+  }
 }
 
 learner_group::learner_group(std::unique_ptr<impl> ptr)

@@ -38,7 +38,50 @@ using pg_ptr = c10::intrusive_ptr<breakable_gloo>;
 /// waits for operations still in flight (at most the collective timeout),
 /// and the rank that gave up on them should not wait with them. Threads are
 /// joined at exit.
-void bury(pg_ptr pg, std::vector<c10::intrusive_ptr<c10d::Work>> works);
+void bury(pg_ptr pg, std::vector<c10::intrusive_ptr<c10d::Work>> works,
+          std::vector<c10::intrusive_ptr<c10d::Work>> p2p = {});
+
+/// Trainable parameters whose gradients take part, undefined ones made
+/// zeros.
+std::vector<at::Tensor> gradients(torch::nn::Module& m);
+
+/// A hash of the layout all ranks must share: dtype and element count of
+/// each tensor.
+std::int64_t layout_signature(const std::vector<at::Tensor>& xs);
+
+/// Consecutive tensors of one dtype, at most `limit` bytes (a larger tensor
+/// forms a bucket of its own).
+struct bucket {
+  std::size_t first = 0;
+  std::size_t last = 0; // one past
+  std::int64_t numel = 0;
+};
+
+/// `xs` in buckets of at most `limit` bytes.
+std::vector<bucket> make_buckets(const std::vector<at::Tensor>& xs,
+                                 std::size_t limit);
+
+/// What `reduce_mode::exchange` keeps between steps
+/// (learner_group_exchange.cpp).
+struct exchange_state {
+  /// Layouts seen so far: the tag's low bits, so that receives posted for
+  /// an older layout never match a newer one's messages.
+  std::uint32_t epoch = 0;
+  std::int64_t layout = 0;
+  bool ready = false;
+  /// Steps done with this layout: step & 1 picks the buffers.
+  std::uint64_t step = 0;
+  /// Two sets of receive buffers, [set][peer][segment] (this rank's own row
+  /// stays empty).
+  std::vector<std::vector<at::Tensor>> recv[2];
+  /// Send buffers of segments packed from several tensors, [segment].
+  std::vector<at::Tensor> pack;
+  /// Receives posted for older layouts: never matched, kept (alive, to be
+  /// aborted) until the group ends.
+  std::vector<c10::intrusive_ptr<c10d::Work>> stale;
+  /// The receives posted into each set, [set][peer][segment]; empty if none.
+  std::vector<std::vector<c10::intrusive_ptr<c10d::Work>>> posted[2];
+};
 
 /// Turns a c10d/gloo exception into `errc::timeout` or `errc::unreachable`.
 caf::error from_exception(const std::exception& e, const std::string& ctx);
@@ -152,6 +195,15 @@ struct learner_group::impl {
   std::int64_t checked_layout = 0;
   bool layout_checked = false;
   std::vector<at::Tensor> buffers;
+  detail::exchange_state xs;
+  // Every send and receive of the exchange not known to be complete
+  // (including those posted for the next step): a failure aborts them, as
+  // Gloo ends them on a closed pair only at the timeout.
+  std::vector<c10::intrusive_ptr<c10d::Work>> p2p;
+
+  // Exchanges and averages `grads` (reduce_mode::exchange).
+  caf::error exchange(const detail::pg_ptr& pg, std::vector<at::Tensor>& grads,
+                      bool layout_changed);
 
   std::string where() const {
     return "learner group g" + std::to_string(cfg.generation) + " rank "
@@ -182,18 +234,25 @@ struct learner_group::impl {
   caf::error fail(caf::error err,
                   std::vector<c10::intrusive_ptr<c10d::Work>> abandoned = {}) {
     detail::pg_ptr dying;
+    std::vector<c10::intrusive_ptr<c10d::Work>> sends_and_receives;
     {
       std::lock_guard<std::mutex> guard{mtx};
       if (!broken)
         broken = err;
       dying = std::move(pg);
+      sends_and_receives = std::move(p2p);
+      p2p.clear();
     }
+    // A step waiting on one of them returns at once, and sees `broken`.
+    for (auto& w : sends_and_receives)
+      w->abort();
     if (!dying)
       return err;
     dying->break_connections();
     // abort() may come while another thread's step is in flight: the group
     // is destroyed in the background either way.
-    detail::bury(std::move(dying), std::move(abandoned));
+    detail::bury(std::move(dying), std::move(abandoned),
+                 std::move(sends_and_receives));
     return err;
   }
 

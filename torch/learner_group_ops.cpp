@@ -26,6 +26,10 @@ std::uint64_t hash_combine(std::uint64_t seed, const void* p, std::size_t n) {
   return XXH3_64bits_withSeed(p, n, seed);
 }
 
+} // namespace
+
+namespace detail {
+
 // Trainable parameters whose gradients take part, undefined ones as zeros.
 std::vector<at::Tensor> gradients(torch::nn::Module& m) {
   std::vector<at::Tensor> result;
@@ -51,14 +55,6 @@ std::int64_t layout_signature(const std::vector<at::Tensor>& xs) {
   return static_cast<std::int64_t>(h);
 }
 
-// Consecutive tensors of one dtype, at most `limit` bytes (a larger tensor
-// forms a bucket of its own).
-struct bucket {
-  std::size_t first = 0;
-  std::size_t last = 0; // one past
-  std::int64_t numel = 0;
-};
-
 std::vector<bucket> make_buckets(const std::vector<at::Tensor>& xs,
                                  std::size_t limit) {
   std::vector<bucket> result;
@@ -79,7 +75,12 @@ std::vector<bucket> make_buckets(const std::vector<at::Tensor>& xs,
   return result;
 }
 
-} // namespace
+} // namespace detail
+
+using detail::bucket;
+using detail::gradients;
+using detail::layout_signature;
+using detail::make_buckets;
 
 caf::error learner_group::all_reduce_gradients(torch::nn::Module& m) {
   auto& d = *impl_;
@@ -100,7 +101,8 @@ caf::error learner_group::all_reduce_gradients(torch::nn::Module& m) {
     return make_error(errc::model_mismatch, d.where() + ": " + e.what());
   }
   auto layout = layout_signature(grads);
-  if (!d.layout_checked || d.checked_layout != layout) {
+  bool changed = !d.layout_checked || d.checked_layout != layout;
+  if (changed) {
     auto all = all_gather(layout);
     if (!all)
       return all.error();
@@ -113,7 +115,18 @@ caf::error learner_group::all_reduce_gradients(torch::nn::Module& m) {
     d.checked_layout = layout;
     d.buffers.clear();
   }
-  auto limit = d.cfg.mode == reduce_mode::flat
+  auto mode = d.cfg.mode;
+  if (mode == reduce_mode::automatic) {
+    std::size_t bytes = 0;
+    for (auto& g : grads)
+      bytes += static_cast<std::size_t>(g.numel()) * g.element_size();
+    mode = d.cfg.size == 2 || bytes <= d.cfg.bucket_bytes
+      ? reduce_mode::exchange
+      : reduce_mode::bucketed;
+  }
+  if (mode == reduce_mode::exchange)
+    return d.exchange(*pg, grads, changed);
+  auto limit = mode == reduce_mode::flat
     ? std::numeric_limits<std::size_t>::max()
     : d.cfg.bucket_bytes;
   auto buckets = make_buckets(grads, limit);

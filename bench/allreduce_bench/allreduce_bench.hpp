@@ -21,12 +21,19 @@ namespace dice::bench::allreduce {
 constexpr std::int64_t big_bytes = 6824968;
 constexpr std::int64_t dqn_bytes = 18440;
 
-// The three ways of reducing that are compared.
-constexpr int mode_count = 3;
+// The ways of reducing that are compared: 0 flat, 1 bucketed 1 MiB, 2
+// bucketed 4 MiB, 3 exchange 256 KiB, 4 exchange 1 MiB (the default's
+// segment), 5 exchange 4 MiB. The default config (`automatic`) is the
+// exchange at L = 2.
+constexpr int mode_count = 6;
 
-/// The learner group of reduce mode `mode` (0 flat, 1 bucketed 1 MiB, 2
-/// bucketed 4 MiB).
+/// The learner group of reduce mode `mode` (see mode_count).
 dice::learner_group_config mode_config(int mode);
+
+/// One DQN learner step of the demo's Q-net on `m` (batch 64, forward,
+/// backward, Adam), the gradients averaged through `g` if given.
+bool dqn_step(torch::nn::Module& m, torch::optim::Optimizer& opt,
+              const torch::Tensor& x, dice::learner_group* g);
 
 /// A model with `bytes` of float parameters and defined gradients.
 std::shared_ptr<torch::nn::Sequential> make_model(std::int64_t bytes);
@@ -35,7 +42,7 @@ std::shared_ptr<torch::nn::Sequential> make_model(std::int64_t bytes);
 std::int64_t model_bytes(torch::nn::Module& m);
 
 struct command {
-  std::int32_t kind; // 0 all-reduce, 1 tcp exchange, 2 stop
+  std::int32_t kind; // 0 all-reduce, 1 tcp exchange, 2 stop, 3 DQN step
   std::int32_t mode;
   std::int64_t bytes;
   std::int64_t iterations;
@@ -125,6 +132,10 @@ struct rank_state {
   std::unique_ptr<duplex> link;
   std::vector<dice::learner_group> groups;
   std::shared_ptr<torch::nn::Sequential> big, dqn;
+  // The DQN step's own model and optimizer (the same seed on both ranks).
+  std::shared_ptr<torch::nn::Sequential> step_net;
+  std::unique_ptr<torch::optim::Adam> step_opt;
+  torch::Tensor step_x;
   std::vector<char> out, in;
 
   torch::nn::Module& model(std::int64_t bytes) {

@@ -8,7 +8,9 @@
 // This process is rank 0 and runs Google Benchmark; it forks rank 1 before
 // anything else starts. Before each benchmark run rank 0 tells rank 1 over a
 // control socket what to do and how many iterations, so both run in step.
-//   BM_allreduce/mode:M/bytes:B   M: 0 flat, 1 bucketed 1 MiB, 2 bucketed 4 MiB
+//   BM_allreduce/mode:M/bytes:B   M: 0 flat, 1 bucketed 1 MiB, 2 bucketed
+//                                 4 MiB, 3/4/5 exchange 256 KiB/1 MiB/4 MiB
+//   BM_dqn_step_group/mode:M      a DQN step on both ranks, all-reduce between
 //   BM_tcp_exchange/bytes:B       the raw-TCP baseline
 //   BM_local_step/bytes:B         forward+backward+Adam of that model, alone
 // Models: B = 6824968 (1.7M floats, four Linear layers) and B = 18440 (the
@@ -116,6 +118,26 @@ void BM_tcp_exchange(benchmark::State& st) {
   st.SetBytesProcessed(static_cast<std::int64_t>(st.iterations()) * bytes);
 }
 
+// A DQN learner step on both ranks at once, the gradients averaged by the
+// group of mode M in between (as rl/dqn_learner.cpp does): the whole cost
+// of a data-parallel step, to compare with BM_local_step/bytes:18440.
+void BM_dqn_step_group(benchmark::State& st) {
+  auto mode = static_cast<std::int32_t>(st.range(0));
+  auto& g = state->groups[static_cast<std::size_t>(mode)];
+  iteration_timer timer;
+  start_peer(st, 3, mode, dqn_bytes);
+  for (auto _ : st) {
+    timer.start();
+    if (!dqn_step(**state->step_net, *state->step_opt, state->step_x, &g)) {
+      st.SkipWithError("the group step failed");
+      break;
+    }
+    timer.stop();
+  }
+  finish_peer(st);
+  timer.report(st);
+}
+
 // A learner's own work per step on that model, for the scaling estimate:
 // forward and backward of a batch of 64, then Adam.
 void BM_local_step(benchmark::State& st) {
@@ -145,7 +167,13 @@ BENCHMARK(BM_tcp_exchange)
   ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_allreduce)
   ->ArgNames({"mode", "bytes"})
-  ->ArgsProduct({{0, 1, 2}, {big_bytes, dqn_bytes}})
+  ->ArgsProduct({{0, 1, 2, 3, 4, 5}, {big_bytes, dqn_bytes}})
+  ->UseRealTime()
+  ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_dqn_step_group)
+  ->ArgNames({"mode"})
+  ->Arg(1)
+  ->Arg(4)
   ->UseRealTime()
   ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_local_step)

@@ -19,10 +19,41 @@ dice::learner_group_config mode_config(int mode) {
   dice::learner_group_config c;
   c.size = 2;
   c.timeout = std::chrono::seconds{30};
-  c.mode = mode == 0 ? dice::reduce_mode::flat : dice::reduce_mode::bucketed;
-  c.bucket_bytes = mode == 2 ? (std::size_t{4} << 20) : (std::size_t{1} << 20);
+  c.mode = mode == 0 ? dice::reduce_mode::flat
+    : mode <= 2      ? dice::reduce_mode::bucketed
+                     : dice::reduce_mode::exchange;
+  c.bucket_bytes = mode == 3 ? (std::size_t{256} << 10)
+    : mode == 2 || mode == 5 ? (std::size_t{4} << 20)
+                             : (std::size_t{1} << 20);
   return c;
 }
+
+bool dqn_step(torch::nn::Module& m, torch::optim::Optimizer& opt,
+              const torch::Tensor& x, dice::learner_group* g) {
+  auto& net = dynamic_cast<torch::nn::SequentialImpl&>(m);
+  opt.zero_grad();
+  auto loss = net.forward(x).pow(2).mean();
+  loss.backward();
+  if (g != nullptr)
+    if (auto err = g->all_reduce_gradients(m)) {
+      std::fprintf(stderr, "all-reduce: %s\n", dice::render(err).c_str());
+      return false;
+    }
+  opt.step();
+  return true;
+}
+
+namespace {
+
+// The step's model, optimizer and batch: the same on both ranks.
+void make_step(rank_state& s) {
+  s.step_net = make_model(dqn_bytes);
+  s.step_opt = std::make_unique<torch::optim::Adam>(
+    (*s.step_net)->parameters(), torch::optim::AdamOptions(1e-3));
+  s.step_x = torch::randn({64, 4});
+}
+
+} // namespace
 
 // A model with `bytes` of float parameters and defined gradients.
 std::shared_ptr<torch::nn::Sequential> make_model(std::int64_t bytes) {
@@ -54,6 +85,13 @@ std::int64_t model_bytes(torch::nn::Module& m) {
 
 // Runs one command; both ranks do the same.
 bool run(rank_state& s, const command& c) {
+  if (c.kind == 3) {
+    auto& g = s.groups[static_cast<std::size_t>(c.mode)];
+    for (std::int64_t i = 0; i < c.iterations; ++i)
+      if (!dqn_step(**s.step_net, *s.step_opt, s.step_x, &g))
+        return false;
+    return true;
+  }
   if (c.kind == 0) {
     auto& m = s.model(c.bytes);
     for (std::int64_t i = 0; i < c.iterations; ++i)
@@ -77,6 +115,7 @@ int peer_main(int control) {
   s.control = control;
   s.big = make_model(big_bytes);
   s.dqn = make_model(dqn_bytes);
+  make_step(s);
   s.out.assign(static_cast<std::size_t>(big_bytes), 1);
   s.in.assign(static_cast<std::size_t>(big_bytes), 0);
   std::uint16_t ports[mode_count + 1];
@@ -116,6 +155,7 @@ bool setup_rank0(rank_state& s) {
   torch::set_num_threads(1);
   s.big = make_model(big_bytes);
   s.dqn = make_model(dqn_bytes);
+  make_step(s);
   s.out.assign(static_cast<std::size_t>(big_bytes), 2);
   s.in.assign(static_cast<std::size_t>(big_bytes), 0);
   std::uint16_t ports[mode_count + 1];

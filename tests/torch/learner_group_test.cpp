@@ -92,8 +92,10 @@ TEST_P(LearnerGroupExact, AveragesGradientsExactly) {
 INSTANTIATE_TEST_SUITE_P(SizesAndModes, LearnerGroupExact,
                          testing::Values(exact_case{2, reduce_mode::bucketed},
                                          exact_case{2, reduce_mode::flat},
+                                         exact_case{2, reduce_mode::exchange},
                                          exact_case{3, reduce_mode::bucketed},
-                                         exact_case{3, reduce_mode::flat}),
+                                         exact_case{3, reduce_mode::flat},
+                                         exact_case{3, reduce_mode::exchange}),
                          [](const testing::TestParamInfo<exact_case>& info) {
                            return "L" + std::to_string(info.param.size) + "_"
                              + dice::to_string(info.param.mode);
@@ -140,11 +142,17 @@ TEST(LearnerGroup, BucketedAndFlatAgree) {
   for (int n : {2, 3}) {
     auto flat = average_random(n, reduce_mode::flat);
     auto bucketed = average_random(n, reduce_mode::bucketed);
+    auto exchanged = average_random(n, reduce_mode::exchange);
     ASSERT_EQ(flat.size(), static_cast<std::size_t>(n));
     for (int r = 0; r < n; ++r) {
       ASSERT_FALSE(flat[r].empty());
       EXPECT_TRUE(flat[r] == flat[0]) << "flat, L=" << n << ", rank " << r;
       EXPECT_TRUE(bucketed[r] == bucketed[0]) << "bucketed, L=" << n;
+      EXPECT_TRUE(exchanged[r] == exchanged[0]) << "exchange, L=" << n;
+    }
+    if (n == 2) {
+      EXPECT_TRUE(exchanged[0] == flat[0])
+        << "exchange, L=2, must agree bitwise";
     }
     auto count = static_cast<std::int64_t>(flat[0].size() / sizeof(float));
     auto a = torch::from_blob(flat[0].data(), {count}, torch::kFloat32);
@@ -165,6 +173,46 @@ TEST(LearnerGroup, BucketedAndFlatAgree) {
     EXPECT_TRUE(torch::all(torch::abs(a - b) <= bound).item<bool>())
       << "L=" << n;
   }
+}
+
+// The exchange sums every element in rank order, ((g0 + g1) + g2) / 3, on
+// every rank: the bytes are known exactly, also for inexact sums.
+TEST(LearnerGroup, ExchangeSumsInRankOrder) {
+  auto exchanged = average_random(3, reduce_mode::exchange);
+  auto expected = ((random_grads(0) + random_grads(1)) + random_grads(2)) / 3;
+  std::string bytes(static_cast<const char*>(expected.data_ptr()),
+                    static_cast<std::size_t>(expected.numel())
+                      * expected.element_size());
+  for (int r = 0; r < 3; ++r)
+    EXPECT_TRUE(exchanged[r] == bytes) << "rank " << r;
+}
+
+// Receives are posted ahead for the layout of the last call; a call with
+// another model (another layout) must neither match them nor hang.
+TEST(LearnerGroup, ExchangeFollowsALayoutChange) {
+  with_group(
+    test_config(0, 2, 0, reduce_mode::exchange), [&](int r, learner_group& g) {
+      tiny_net big = make_net(1);
+      torch::manual_seed(2);
+      tiny_net small{8, 16, 2};
+      for (int round = 0; round < 4; ++round) {
+        auto& net = round == 2 ? small : big;
+        auto params = net->parameters();
+        for (std::size_t j = 0; j < params.size(); ++j)
+          params[j].mutable_grad() = torch::full_like(
+            params[j], static_cast<float>((r + 1) * (round + 1) + j));
+        auto err = g.all_reduce_gradients(*net);
+        ASSERT_FALSE(err) << dice::render(err);
+        for (std::size_t j = 0; j < params.size(); ++j) {
+          // (1 (round + 1) + j + 2 (round + 1) + j) / 2, exact.
+          auto want = (3.0f * static_cast<float>(round + 1)
+                       + 2.0f * static_cast<float>(j))
+            / 2.0f;
+          EXPECT_TRUE(torch::all(params[j].grad() == want).item<bool>())
+            << "round " << round << " param " << j;
+        }
+      }
+    });
 }
 
 class LearnerGroupSteps : public testing::TestWithParam<exact_case> {};
@@ -207,8 +255,10 @@ TEST_P(LearnerGroupSteps, ParametersStayIdenticalAcrossSteps) {
 INSTANTIATE_TEST_SUITE_P(SizesAndModes, LearnerGroupSteps,
                          testing::Values(exact_case{2, reduce_mode::bucketed},
                                          exact_case{2, reduce_mode::flat},
+                                         exact_case{2, reduce_mode::exchange},
                                          exact_case{3, reduce_mode::bucketed},
-                                         exact_case{3, reduce_mode::flat}),
+                                         exact_case{3, reduce_mode::flat},
+                                         exact_case{3, reduce_mode::exchange}),
                          [](const testing::TestParamInfo<exact_case>& info) {
                            return "L" + std::to_string(info.param.size) + "_"
                              + dice::to_string(info.param.mode);

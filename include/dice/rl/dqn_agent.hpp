@@ -63,7 +63,7 @@ struct dqn_run_options {
   /// and logs them to OUT/digests-NODE.txt (0: never).
   std::int64_t verify_every = 0;
   /// A learner group's gradient all-reduce.
-  reduce_mode reduce = reduce_mode::bucketed;
+  reduce_mode reduce = reduce_mode::automatic;
   /// How a user runs the same program again with --resume (told when a
   /// learner group lost rank 0).
   std::string resume_command;
@@ -85,8 +85,9 @@ class dqn_run_config : public run_config {
 
   /// DQN's hyper-parameters.
   dqn_cli dqn;
-  /// --reduce: a learner group's all-reduce, bucketed or flat.
-  std::string reduce = "bucketed";
+  /// --reduce: a learner group's all-reduce: automatic, exchange, bucketed
+  /// or flat.
+  std::string reduce = "automatic";
   /// --verify-every: a group's digest check period (0: never).
   std::int64_t verify_every = 0;
   /// Makes environment i (the program sets it).

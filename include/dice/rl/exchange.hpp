@@ -28,6 +28,6 @@ namespace dice::rl {
 std::shared_ptr<learner_group_member>
 use_exchangers(node_setup& n, model_port_ptr model,
                const model_exchange_options& models,
-               reduce_mode mode = reduce_mode::bucketed);
+               reduce_mode mode = reduce_mode::automatic);
 
 } // namespace dice::rl

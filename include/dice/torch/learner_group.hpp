@@ -34,9 +34,18 @@ enum class reduce_mode : std::uint8_t {
   bucketed,
   /// One flat buffer holding the whole gradient, one all-reduce.
   flat,
+  /// Every rank sends its gradient (in segments of at most `bucket_bytes`)
+  /// to every other rank and sums all ranks' in rank order: one message
+  /// latency instead of the ring's 2 (L-1), and the receives of the next
+  /// step are posted when a step ends. Each rank moves (L-1) x the gradient,
+  /// the ring 2 (L-1)/L x: equal at L = 2, more above.
+  exchange,
+  /// `exchange` at L = 2 or for a gradient of at most `bucket_bytes`,
+  /// else `bucketed`.
+  automatic,
 };
 
-/// "bucketed" or "flat".
+/// "bucketed", "flat", "exchange" or "automatic".
 std::string to_string(reduce_mode x);
 
 /// A key-value store for forming a group, in place of rank 0's TCPStore:
@@ -83,8 +92,8 @@ struct learner_group_config {
   /// step on every other rank with `errc::timeout` after this long.
   std::chrono::milliseconds timeout{10000};
   /// How gradients are all-reduced.
-  reduce_mode mode = reduce_mode::bucketed;
-  /// Largest bucket in `reduce_mode::bucketed`.
+  reduce_mode mode = reduce_mode::automatic;
+  /// Largest bucket (`bucketed`) or message (`exchange`).
   std::size_t bucket_bytes = std::size_t{1} << 20;
   /// Gloo worker threads; also the number of buckets in flight at once.
   int threads = 2;

@@ -46,7 +46,7 @@ struct learner_group_member_options {
   /// slowest learner's data, so it must exceed the gaps between data.
   std::chrono::milliseconds timeout{60000};
   /// How gradients are all-reduced.
-  reduce_mode mode = reduce_mode::bucketed;
+  reduce_mode mode = reduce_mode::automatic;
   /// After a failed step survivors announce themselves this long before
   /// they re-form without those not heard from.
   caf::timespan reform_window = std::chrono::seconds{2};
