@@ -15,6 +15,17 @@ namespace {
 // 100 MB buffer then costs 48 page faults instead of 24,400.
 constexpr std::size_t huge_page = std::size_t{2} << 20;
 
+// From this size on (below huge_page), buffers get their own mapping in
+// whole 4 KiB pages and are recycled like the huge ones: a model of 1 MB
+// received or loaded every round otherwise cost a fresh heap block whose
+// pages the kernel faulted in and zeroed each time (9 % of a 1 MB
+// shared-memory store+load, snapshot_bench).
+constexpr std::size_t mapped_min = std::size_t{256} << 10;
+constexpr std::size_t small_page = 4096;
+
+// Most idle buffers kept (of any size), beside pool_cap's bytes.
+constexpr std::size_t pool_max = 64;
+
 // Freed huge buffers kept for the next allocation of the same size: a
 // snapshot of one model has the same size every time, and reusing its pages
 // skips the kernel's page faults and zeroing (a fresh 100 MB buffer costs
@@ -44,7 +55,8 @@ struct pool {
       std::lock_guard<std::mutex> guard{mtx};
       if (len <= pool_cap) {
         // Make room by dropping the oldest buffers (other sizes).
-        while (bytes + len > pool_cap && !free.empty()) {
+        while ((bytes + len > pool_cap || free.size() >= pool_max)
+               && !free.empty()) {
           ::munmap(free.front().first, free.front().second);
           bytes -= free.front().second;
           free.erase(free.begin());
@@ -71,6 +83,19 @@ struct recycle {
     the_pool().give(base, len);
   }
 };
+
+// A page-aligned mapping of its own, recycled (no huge pages: it is
+// smaller than one).
+std::shared_ptr<std::uint8_t> allocate_mapped(std::size_t n) {
+  auto len = (n + small_page - 1) / small_page * small_page;
+  if (auto base = the_pool().take(len))
+    return {static_cast<std::uint8_t*>(base), recycle{base, len}};
+  auto base = ::mmap(nullptr, len, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (base == MAP_FAILED)
+    throw std::bad_alloc{};
+  return {static_cast<std::uint8_t*>(base), recycle{base, len}};
+}
 
 std::shared_ptr<std::uint8_t> allocate_huge(std::size_t n) {
   auto len = (n + huge_page - 1) / huge_page * huge_page;
@@ -108,6 +133,10 @@ writable_bytes::writable_bytes(std::size_t n) : size_(n) {
     return;
   if (n >= huge_page) {
     ptr_ = allocate_huge(n);
+    return;
+  }
+  if (n >= mapped_min) {
+    ptr_ = allocate_mapped(n);
     return;
   }
   auto p = static_cast<std::uint8_t*>(::operator new (n, std::align_val_t{64}));

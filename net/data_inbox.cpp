@@ -220,7 +220,14 @@ caf::behavior data_inbox(caf::stateful_actor<inbox_state>* self,
         p.ready.erase(r);
         return bytes;
       }
-      if (!p.up || id <= p.highest)
+      // A peer whose link was never up here: the dialer registers its
+      // receiving side (data_up) just after it wrote the bind, so under
+      // load the sender can take the bind, queue a transfer and send its
+      // reference before that message is in this mailbox (seen: a 1 MB
+      // model dropped as "no data connection from the peer" at start-up,
+      // and a bench round that never completed). Such a claim waits like
+      // any other; a link that was up and ended still fails at once.
+      if ((!p.up && p.link_gen != 0) || id <= p.highest)
         return make_error(errc::unreachable,
                           "transfer " + std::to_string(id) + " is not coming: "
                             + (p.up ? "it was dropped"

@@ -104,7 +104,7 @@ struct data_plane_config {
   /// Most bytes received from one peer and not yet claimed by the router.
   std::uint64_t max_peer_bytes = max_wire_bytes;
   /// Snapshots with fewer bytes stay on BASP (one message, no second trip).
-  std::size_t min_bytes = std::size_t{1} << 20;
+  std::size_t min_bytes = std::size_t{256} << 10;
   /// Peers on this host get snapshots through a sealed memfd the sender
   /// writes once (net/data_shm.hpp); only a reference crosses the socket.
   bool same_host = true;
@@ -277,6 +277,11 @@ class data_plane {
     same_host_ = on;
   }
 
+  /// Sets `config().min_bytes` (benchmarks compare thresholds); call it
+  /// before the first snapshot, as the router reads it unlocked.
+  void set_min_bytes(std::size_t n) noexcept {
+    cfg_.min_bytes = n;
+  }
   /// True if a data connection to `peer` is up for sending.
   bool can_send(std::uint32_t peer) const;
 

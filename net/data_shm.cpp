@@ -181,6 +181,14 @@ shm_views::~shm_views() {
     ::munmap(const_cast<std::uint8_t*>(v.addr), v.len);
 }
 
+const std::uint8_t* shm_views::known(int fd, std::uint64_t tag,
+                                     std::size_t len) const {
+  for (auto& v : views_)
+    if (v.fd == fd && v.len == len && load_tag(v.addr) == tag)
+      return v.addr;
+  return nullptr;
+}
+
 caf::expected<const std::uint8_t*> shm_views::find(pid_t pid, int fd,
                                                    std::uint64_t size) {
   // Closed on every return: a view keeps the memfd alive by itself.
@@ -197,8 +205,10 @@ caf::expected<const std::uint8_t*> shm_views::find(pid_t pid, int fd,
     return fail("cannot stat the peer's segment");
   auto len = header_bytes + static_cast<std::size_t>(size);
   for (auto& v : views_)
-    if (v.dev == st.st_dev && v.ino == st.st_ino && v.len == len)
+    if (v.dev == st.st_dev && v.ino == st.st_ino && v.len == len) {
+      v.fd = fd;
       return v.addr; // the same file as before: its view is still right
+    }
   // Sealed against resizing: the view never reaches past the end of the
   // file (no SIGBUS), whatever the peer does later.
   if ((::fcntl(in.get(), F_GET_SEALS) & segment_seals) != segment_seals)
@@ -215,17 +225,28 @@ caf::expected<const std::uint8_t*> shm_views::find(pid_t pid, int fd,
              views_.front().len);
     views_.erase(views_.begin());
   }
-  views_.push_back(
-    view{st.st_dev, st.st_ino, static_cast<const std::uint8_t*>(addr), len});
+  views_.push_back(view{st.st_dev, st.st_ino,
+                        static_cast<const std::uint8_t*>(addr), len, fd});
   return views_.back().addr;
 }
 
 caf::expected<writable_bytes>
 shm_views::read(pid_t pid, int fd, std::uint64_t tag, std::uint64_t size) {
-  auto base = find(pid, fd, size);
-  if (!base)
-    return std::move(base.error());
-  auto p = *base;
+  // A segment the sender recycles comes back under its fd number with a
+  // new tag: a view of it that already holds this tag is that very
+  // segment, checked when it was mapped (sealed, its size), so the
+  // reference needs no open, fstat and seal check through /proc. A tag
+  // seen nowhere (a new segment, or an fd number reused for another file)
+  // takes the full path. Either way the bytes are delivered only if the tag
+  // is unchanged after the copy.
+  auto len = header_bytes + static_cast<std::size_t>(size);
+  auto p = tag == 0 ? nullptr : known(fd, tag, len);
+  if (p == nullptr) {
+    auto base = find(pid, fd, size);
+    if (!base)
+      return std::move(base.error());
+    p = *base;
+  }
   std::uint64_t got_size = 0;
   std::memcpy(&got_size, p + 16, 8);
   if (std::memcmp(p, magic, 8) != 0 || got_size != size)

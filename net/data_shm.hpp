@@ -76,7 +76,11 @@ class shm_views {
     ino_t ino;
     const std::uint8_t* addr;
     std::size_t len;
+    // The sender's fd number it was last found under.
+    int fd;
   };
+  // A view last found under `fd` whose header holds `tag` now, or null.
+  const std::uint8_t* known(int fd, std::uint64_t tag, std::size_t len) const;
   caf::expected<const std::uint8_t*> find(pid_t pid, int fd,
                                           std::uint64_t size);
   std::vector<view> views_; // oldest first

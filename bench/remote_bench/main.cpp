@@ -8,6 +8,8 @@
 //     socket); P = basp: the data plane off (BASP chunks).
 //     --tls DIR: every node runs TLS with DIR/{cert,key,ca}.pem
 //     (scripts/make-test-certs), on BASP and on data connections alike.
+//     --idle-poll 0: CAF's idle workers wait at once, as in RL nodes
+//     (dice::rl::run_config); --min-bytes B: the data plane's threshold.
 //   remote_bench context --collectors N --obs K --batch B --seconds T [--path
 //   P]
 //     nodes as in the snapshot mode (the learner behind dice's listener and
@@ -54,6 +56,11 @@ const std::vector<dice::bench::option_spec> specs{
    "DIR"},
   {"coalesce", value_kind::integer,
    "routers batch queued forwards: 1 (default) or 0"},
+  {"min-bytes", value_kind::integer,
+   "smallest snapshot on the data plane (0: dice's default)"},
+  {"idle-poll", value_kind::integer,
+   "idle CAF workers poll before they wait: 1 (default, CAF's) or 0 (as "
+   "RL nodes)"},
   {"obs", value_kind::integer, "context: floats per observation (4)"},
   {"batch", value_kind::integer, "context: transitions per delta (1000)"},
   {"seconds", value_kind::real, "context: seconds counted (3)"},
@@ -99,6 +106,7 @@ int main(int argc, char** argv) {
   given = std::get<dice::bench::option_values>(std::move(parsed));
   tls_dir = arg("tls", "");
   coalesce = num("coalesce", 1) != 0;
+  idle_poll = num("idle-poll", 1) != 0;
   auto& mode = given.mode();
   if (mode == "tcp")
     return tcp_main(num("size", 6'800'000), num("rounds", 10));

@@ -20,11 +20,21 @@ namespace dice::bench::remote {
 
 std::string tls_dir;
 bool coalesce = true;
+bool idle_poll = true;
 
 config::config() {
   load<caf::io::middleman>();
   load<caf::openssl::manager>();
   dice::add_message_types(*this);
+  // --idle-poll 0: as dice::rl::run_config sets them for every RL node, an
+  // idle CAF worker waits on its condition variable (a message wakes it)
+  // instead of polling 100 times, then 500 times 50 us apart (CAF's
+  // defaults, kept by --idle-poll 1). A round that crosses a dozen actor
+  // hops pays a sleeping poller's 50 us (plus timer slack) at many of them.
+  if (!idle_poll) {
+    set("work-stealing.aggressive-poll-attempts", 0);
+    set("work-stealing.moderate-poll-attempts", 0);
+  }
   if (!tls_dir.empty()) {
     openssl_certificate = tls_dir + "/cert.pem";
     openssl_key = tls_dir + "/key.pem";
@@ -61,8 +71,11 @@ std::optional<dice::node> start_node(caf::actor_system& sys, std::uint32_t id,
                  dice::render(dn.error()).c_str());
     return std::nullopt;
   }
-  if (dn->data_plane())
+  if (dn->data_plane()) {
     dn->data_plane()->set_same_host(path == "shm");
+    if (auto m = num("min-bytes", 0); m > 0)
+      dn->data_plane()->set_min_bytes(static_cast<std::size_t>(m));
+  }
   return std::move(*dn);
 }
 

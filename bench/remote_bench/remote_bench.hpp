@@ -29,6 +29,11 @@ extern std::string tls_dir;
 /// --coalesce 0|1: routers batch forwards that queue for a peer (default 1).
 extern bool coalesce;
 
+/// --idle-poll 0|1: CAF's idle workers poll before they wait (1, default:
+/// CAF's defaults), or wait on their condition variable at once (0: as
+/// dice::rl::run_config sets them for RL nodes).
+extern bool idle_poll;
+
 /// The options after the mode (main.cpp parses them).
 extern dice::bench::option_values given;
 
