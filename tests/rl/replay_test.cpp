@@ -1,82 +1,103 @@
 // --dice.record / --dice.replay (dice/rl/replay.hpp, docs/replay.md): a DQN
-// and a PPO run of a learner and 2 collectors in one process (real context
-// and model exchangers, actors on their own threads, so deltas interleave
-// with training as they come) are recorded; the learner alone replays them
-// and reaches the recorded weights at every iteration and the checkpoint
-// the run wrote at its end. A truncated or altered record is refused with
-// its byte offset, and a replay fed the iterations in another order is
-// caught at the first one.
+// and a PPO run of a learner, an evaluator and 2 collectors as 4 processes
+// (dice-launch; real context and model exchangers over TCP, so deltas
+// interleave with training as they come) are recorded; the learner alone
+// replays them (the same program with --dice.replay) and reaches the
+// recorded weights at every iteration and the checkpoint the run wrote at
+// its end. A truncated or altered record is refused with its byte offset,
+// and a replay fed the iterations in another order is caught at the first
+// one. (The learner runs in a process of its own: in one process this
+// machine's single-threaded OpenBLAS, called by several nodes' threads at
+// once, does not compute the same floats, docs/replay.md.)
 
 #include "dice/envs/cartpole.hpp"
 #include "dice/rl/replay.hpp"
 
-#include "ppo/run_support.hpp"
+#include "support/child_process.hpp"
 #include "support/files.hpp"
+#include "support/launch.hpp"
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <mutex>
 #include <set>
 
 // A named namespace: unity batches put this file beside other tests.
 namespace replay_test {
 
+using namespace std::chrono_literals;
 namespace fs = std::filesystem;
 using namespace dice::rl;
+using dice::test::bin_dir;
+using dice::test::child_process;
 using dice::test::scratch;
 
-std::unique_ptr<dice::env> cartpole(std::size_t) {
-  return std::make_unique<dice::envs::cartpole>();
+/// A short DQN run's options (dqn_cartpole).
+std::vector<std::string> dqn_args(const fs::path& out) {
+  return {bin_dir + "dqn_cartpole",
+          "--seed=3",
+          "--max-env-steps=4000",
+          "--learning-starts=300",
+          "--envs-per-collector=4",
+          "--eval-every=100",
+          "--eval-episodes=1",
+          "--stop-value=1e9",
+          "--quiet",
+          "--no-plot",
+          "--out=" + out.string()};
 }
 
-struct dqn_config : dqn_run_config {
-  explicit dqn_config(const fs::path& dir) {
-    make_env = cartpole;
-    title = "DQN replay test";
-    collectors = 2;
-    envs_per_collector = 4;
-    seed = 3;
-    out = (dir / "out").string();
-    max_env_steps = 4000;
-    max_seconds = 60;
-    eval_every = 100;
-    eval_episodes = 1;
-    dqn.values.learning_starts = 300;
-    quiet = true;
-    no_plot = true;
-  }
-};
-
-int run_dqn(dqn_config& cfg) {
-  caf::actor_system sys{cfg};
-  return dice::run_nodes(sys, cfg, [&](dice::node_setup& n) {
-    n.print_report(false);
-    use_dqn(n, cfg);
-  });
+/// A short PPO run's options (ppo_cartpole).
+std::vector<std::string> ppo_args(const fs::path& out) {
+  return {bin_dir + "ppo_cartpole",
+          "--seed=1",
+          "--max-env-steps=6000",
+          "--epochs=2",
+          "--quiet",
+          "--no-plot",
+          "--stop-value=1e9",
+          "--out=" + out.string()};
 }
 
-/// The recorded runs, made once for every test of the suite.
+/// `args` with `extra` appended.
+std::vector<std::string> with(std::vector<std::string> args,
+                              std::vector<std::string> extra) {
+  args.insert(args.end(), extra.begin(), extra.end());
+  return args;
+}
+
+/// Runs `args` as 4 processes (learner, evaluator, 2 collectors); the exit
+/// code (-1: not within a minute) and the output.
+std::pair<int, std::string> launch(const std::vector<std::string>& args) {
+  std::vector<std::string> argv{bin_dir + "dice-launch", "--workers", "4",
+                                "--"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  child_process p{argv};
+  auto rc = p.wait_exit(60s);
+  return {rc ? *rc : -1, p.text()};
+}
+
+/// Runs one process (a replay); the exit code and the output.
+std::pair<int, std::string> run(const std::vector<std::string>& args) {
+  child_process p{args};
+  auto rc = p.wait_exit(60s);
+  return {rc ? *rc : -1, p.text()};
+}
+
+/// The final weights hash a replay printed (0: none).
+std::uint64_t final_hash(const std::string& text) {
+  auto i = text.find("weights hashes match, final ");
+  if (i == std::string::npos)
+    return 0;
+  return std::stoull(text.substr(i + 28, 16), nullptr, 16);
+}
+
+/// The recorded runs, each made the first time a test of this process
+/// asks for it (CTest runs every test in a process of its own).
 class Replay : public ::testing::Test {
  public:
-  static void SetUpTestSuite() {
-    dir_ = new scratch{"dice_rl_replay"};
-    dqn_config cfg{dir_->dir};
-    cfg.record = (dir_->dir / "dqn").string();
-    dqn_rc_ = run_dqn(cfg);
-    dqn_config small{dir_->dir / "small"};
-    small.record = (dir_->dir / "small_rec").string();
-    small.record_max_bytes = small_limit;
-    small_rc_ = run_dqn(small);
-    ppo_rc_ = dice::test::run_ppo(
-      {"--seed=1", "--collectors=2", "--max-env-steps=6000", "--max-seconds=60",
-       "--quiet", "--no-plot", "--epochs=2",
-       "--out=" + (dir_->dir / "ppo_out").string(),
-       "--dice.record=" + (dir_->dir / "ppo").string()},
-      cartpole);
-  }
-
   static void TearDownTestSuite() {
     delete dir_;
     dir_ = nullptr;
@@ -84,15 +105,59 @@ class Replay : public ::testing::Test {
 
  protected:
   static fs::path dir() {
+    if (dir_ == nullptr)
+      dir_ = new scratch{"dice_rl_replay"};
     return dir_->dir;
   }
 
+  /// A DQN run recorded in dir()/dqn.
+  static const std::pair<int, std::string>& dqn() {
+    static auto x = launch(with(dqn_args(dir() / "dqn_out"),
+                                {"--dice.record=" + (dir() / "dqn").string()}));
+    return x;
+  }
+
+  /// A DQN run recorded in dir()/small, at most small_limit bytes.
+  static const std::pair<int, std::string>& small() {
+    static auto x = launch(
+      with(dqn_args(dir() / "small_out"),
+           {"--dice.record=" + (dir() / "small").string(),
+            "--dice.record-max-bytes=" + std::to_string(small_limit)}));
+    return x;
+  }
+
+  /// A PPO run recorded in dir()/ppo.
+  static const std::pair<int, std::string>& ppo() {
+    static auto x = launch(with(ppo_args(dir() / "ppo_out"),
+                                {"--dice.record=" + (dir() / "ppo").string()}));
+    return x;
+  }
+
   static inline scratch* dir_ = nullptr;
-  static inline int dqn_rc_ = -1;
-  static inline int ppo_rc_ = -1;
-  static inline int small_rc_ = -1;
   static constexpr std::int64_t small_limit = 100000;
 };
+
+/// A record of 6 iterations written directly (the format's tests need no
+/// run): a small Q-network's weights, payloads of floats, one delta each.
+fs::path synthetic_record(const fs::path& dir) {
+  auto w = record_writer::create(dir.string(), 0);
+  EXPECT_TRUE(w);
+  q_network net{4, 2, {8}};
+  record_start start;
+  start.algo = "dqn";
+  start.options = "{}";
+  EXPECT_FALSE((*w)->start(start, *net));
+  for (std::int64_t i = 0; i < 6; ++i) {
+    recorded_iteration x;
+    x.total_step = i;
+    x.trajectories.push_back(dice::pack(std::vector<float>(50, 0.5f * i), 2));
+    x.deltas.push_back({2, 7, static_cast<std::uint64_t>(i + 1), i - 1});
+    x.weights_hash = weights_hash(*net);
+    EXPECT_FALSE((*w)->iteration(x));
+  }
+  EXPECT_FALSE((*w)->finish());
+  return dir / record_writer::file_name;
+}
 
 // Offsets of the entries of a record file (header: 24 bytes; each entry a
 // 16-byte head whose second u32 is the payload length).
@@ -108,20 +173,13 @@ std::vector<std::uint64_t> entry_offsets(const std::string& bytes) {
   return xs;
 }
 
-fs::path copy_record(const fs::path& from, const fs::path& to) {
-  fs::create_directories(to);
-  fs::copy_file(from / "learner.rec", to / "learner.rec",
-                fs::copy_options::overwrite_existing);
-  return to / "learner.rec";
-}
-
 void write_bytes(const fs::path& p, const std::string& bytes) {
   std::ofstream f{p, std::ios::binary | std::ios::trunc};
   f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
 
 TEST_F(Replay, ATwoCollectorDqnRunReplaysToBitIdenticalWeights) {
-  ASSERT_EQ(dqn_rc_, 0);
+  ASSERT_EQ(dqn().first, 0) << dqn().second;
   auto rec = read_record((dir() / "dqn").string());
   ASSERT_TRUE(rec) << dice::render(rec.error());
   EXPECT_EQ(rec->start.algo, "dqn");
@@ -136,26 +194,30 @@ TEST_F(Replay, ATwoCollectorDqnRunReplaysToBitIdenticalWeights) {
     deltas += it.deltas.size();
     hashes.insert(it.weights_hash);
   }
-  EXPECT_EQ(senders.size(), 2u);
+  EXPECT_EQ(senders, (std::set<std::uint32_t>{2, 3}));
   EXPECT_GT(deltas, 10u);
   EXPECT_GT(rec->iterations.back().train_iter_after, 100);
   EXPECT_GT(hashes.size(), 10u);
   // The learner alone, from the record.
-  dqn_config cfg{dir()};
-  cfg.replay = (dir() / "dqn").string();
-  auto rep = replay_dqn(cfg);
-  ASSERT_TRUE(rep) << dice::render(rep.error());
-  EXPECT_EQ(rep->iterations, rec->iterations.size());
-  EXPECT_EQ(rep->hashes_checked, rec->iterations.size() + 1);
-  EXPECT_EQ(rep->deltas, deltas);
+  auto [rc, text] = run(with(dqn_args(dir() / "replay_out"),
+                             {"--dice.replay=" + (dir() / "dqn").string()}));
+  ASSERT_EQ(rc, 0) << text;
+  EXPECT_NE(text.find("replayed " + std::to_string(rec->iterations.size())
+                      + " iterations (" + std::to_string(deltas) + " deltas"),
+            std::string::npos)
+    << text;
+  EXPECT_NE(text.find("all " + std::to_string(rec->iterations.size() + 1)
+                      + " weights hashes match"),
+            std::string::npos)
+    << text;
   // The recorded run's last checkpoint is what the replay ends with.
   q_network net{4, 2, {64, 64}};
-  ASSERT_FALSE(load_q_network(net, (dir() / "out" / "latest.pt").string()));
-  EXPECT_EQ(weights_hash(*net), rep->final_hash);
+  ASSERT_FALSE(load_q_network(net, (dir() / "dqn_out" / "latest.pt").string()));
+  EXPECT_EQ(weights_hash(*net), final_hash(text)) << text;
 }
 
 TEST_F(Replay, ATwoCollectorPpoRunReplaysToBitIdenticalWeights) {
-  ASSERT_EQ(ppo_rc_, 0);
+  ASSERT_EQ(ppo().first, 0) << ppo().second;
   auto rec = read_record((dir() / "ppo").string());
   ASSERT_TRUE(rec) << dice::render(rec.error());
   EXPECT_EQ(rec->start.algo, "ppo");
@@ -163,33 +225,33 @@ TEST_F(Replay, ATwoCollectorPpoRunReplaysToBitIdenticalWeights) {
   for (auto& it : rec->iterations)
     for (auto& d : it.deltas)
       senders.insert(d.sender);
-  EXPECT_EQ(senders.size(), 2u);
+  EXPECT_EQ(senders, (std::set<std::uint32_t>{2, 3}));
   EXPECT_GT(rec->iterations.back().train_iter_after, 3);
-  dice::test::ppo_run_config cfg;
-  cfg.seed = 1;
-  cfg.ppo.values.epochs = 2;
-  cfg.replay = (dir() / "ppo").string();
-  auto rep = replay_ppo(cfg, cfg.ppo, cartpole);
-  ASSERT_TRUE(rep) << dice::render(rep.error());
-  EXPECT_EQ(rep->hashes_checked, rec->iterations.size() + 1);
+  auto [rc, text] = run(with(ppo_args(dir() / "replay_out"),
+                             {"--dice.replay=" + (dir() / "ppo").string()}));
+  ASSERT_EQ(rc, 0) << text;
+  EXPECT_NE(text.find("all " + std::to_string(rec->iterations.size() + 1)
+                      + " weights hashes match"),
+            std::string::npos)
+    << text;
   auto net = make_actor_critic(dice::envs::cartpole{}.observation_space(),
                                dice::envs::cartpole{}.action_space());
   ASSERT_TRUE(net);
   ASSERT_FALSE(
     load_checkpoint(*net, (dir() / "ppo_out" / "latest.pt").string()));
-  EXPECT_EQ(weights_hash(**net), rep->final_hash);
+  EXPECT_EQ(weights_hash(**net), final_hash(text)) << text;
   // Other options than the recorded run's are refused, naming the option.
-  cfg.ppo.values.epochs = 3;
-  auto other = replay_ppo(cfg, cfg.ppo, cartpole);
-  ASSERT_FALSE(other);
-  EXPECT_NE(dice::render(other.error()).find("epochs (recorded 2, given 3)"),
+  auto other = run(
+    with(ppo_args(dir() / "replay_out"),
+         {"--epochs=3", "--dice.replay=" + (dir() / "ppo").string()}));
+  EXPECT_EQ(other.first, 1) << other.second;
+  EXPECT_NE(other.second.find("epochs (recorded 2, given 3)"),
             std::string::npos)
-    << dice::render(other.error());
+    << other.second;
 }
 
 TEST_F(Replay, ATruncatedRecordIsRefusedWithItsOffset) {
-  ASSERT_EQ(dqn_rc_, 0);
-  auto path = copy_record(dir() / "dqn", dir() / "cut");
+  auto path = synthetic_record(dir() / "cut");
   auto bytes = dice::test::read_all(path);
   auto offsets = entry_offsets(bytes);
   ASSERT_GT(offsets.size(), 3u);
@@ -215,17 +277,14 @@ TEST_F(Replay, ATruncatedRecordIsRefusedWithItsOffset) {
             std::string::npos)
     << msg;
   // And replay says so instead of replaying part of it.
-  dqn_config cfg{dir()};
-  cfg.replay = (dir() / "cut").string();
-  auto rep = replay_dqn(cfg);
-  ASSERT_FALSE(rep);
-  EXPECT_NE(dice::render(rep.error()).find("without its end entry"),
-            std::string::npos);
+  auto [rc, text] = run(with(dqn_args(dir() / "replay_out"),
+                             {"--dice.replay=" + (dir() / "cut").string()}));
+  EXPECT_EQ(rc, 1) << text;
+  EXPECT_NE(text.find("without its end entry"), std::string::npos) << text;
 }
 
 TEST_F(Replay, ARecordWithOneAlteredByteIsRefusedWithItsOffset) {
-  ASSERT_EQ(dqn_rc_, 0);
-  auto path = copy_record(dir() / "dqn", dir() / "altered");
+  auto path = synthetic_record(dir() / "altered");
   auto bytes = dice::test::read_all(path);
   auto offsets = entry_offsets(bytes);
   // One byte in the middle of the file, which lies in some entry.
@@ -254,7 +313,7 @@ TEST_F(Replay, ARecordWithOneAlteredByteIsRefusedWithItsOffset) {
 }
 
 TEST_F(Replay, IterationsInAnotherOrderAreCaughtAtTheFirstOne) {
-  ASSERT_EQ(dqn_rc_, 0);
+  ASSERT_EQ(dqn().first, 0) << dqn().second;
   auto rec = read_record((dir() / "dqn").string());
   ASSERT_TRUE(rec);
   // Two neighbouring iterations, both with data, the first of them training:
@@ -275,53 +334,54 @@ TEST_F(Replay, IterationsInAnotherOrderAreCaughtAtTheFirstOne) {
   // The rewritten record is well formed...
   ASSERT_TRUE(read_record((dir() / "swapped").string()));
   // ...but the learner does not reach the recorded weights.
-  dqn_config cfg{dir()};
-  cfg.replay = (dir() / "swapped").string();
-  auto rep = replay_dqn(cfg);
-  ASSERT_FALSE(rep);
-  auto msg = dice::render(rep.error());
-  EXPECT_NE(msg.find("replay diverged at iteration "
-                     + std::to_string(its[i].total_step) + " "),
+  auto [rc, text] = run(
+    with(dqn_args(dir() / "replay_out"),
+         {"--dice.replay=" + (dir() / "swapped").string()}));
+  EXPECT_EQ(rc, 1) << text;
+  EXPECT_NE(text.find("replay diverged at iteration "
+                      + std::to_string(its[i].total_step) + " "),
             std::string::npos)
-    << msg;
+    << text;
   // Another seed (the learner's sampling RNG) is refused before replaying.
-  cfg.replay = (dir() / "dqn").string();
-  cfg.seed = 4;
-  rep = replay_dqn(cfg);
-  ASSERT_FALSE(rep);
-  EXPECT_NE(dice::render(rep.error()).find("seed (recorded 3, given 4)"),
-            std::string::npos)
-    << dice::render(rep.error());
+  auto args = dqn_args(dir() / "replay_out");
+  args[1] = "--seed=4";
+  auto seed = run(with(args, {"--dice.replay=" + (dir() / "dqn").string()}));
+  EXPECT_EQ(seed.first, 1) << seed.second;
+  EXPECT_NE(seed.second.find("seed (recorded 3, given 4)"), std::string::npos)
+    << seed.second;
 }
 
 TEST_F(Replay, ARecordCutAtItsSizeLimitReplaysUpToTheCut) {
   // The run went on past the limit; the record stopped within it.
-  ASSERT_EQ(small_rc_, 0);
-  auto path = dir() / "small_rec" / "learner.rec";
+  ASSERT_EQ(small().first, 0) << small().second;
+  EXPECT_NE(small().second.find("--dice.record-max-bytes reached"),
+            std::string::npos);
+  auto path = dir() / "small" / "learner.rec";
   EXPECT_LE(fs::file_size(path), static_cast<std::uintmax_t>(small_limit));
-  auto rec = read_record((dir() / "small_rec").string());
+  auto rec = read_record((dir() / "small").string());
   ASSERT_TRUE(rec) << dice::render(rec.error());
   EXPECT_TRUE(rec->cut);
   ASSERT_FALSE(rec->iterations.empty());
-  auto full = read_record((dir() / "dqn").string());
-  ASSERT_TRUE(full);
-  EXPECT_LT(rec->iterations.size(), full->iterations.size());
-  dqn_config cfg{dir()};
-  cfg.replay = (dir() / "small_rec").string();
-  auto rep = replay_dqn(cfg);
-  ASSERT_TRUE(rep) << dice::render(rep.error());
-  EXPECT_TRUE(rep->cut);
-  EXPECT_EQ(rep->hashes_checked, rec->iterations.size() + 1);
+  auto [rc, text] = run(with(dqn_args(dir() / "replay_out"),
+                             {"--dice.replay=" + (dir() / "small").string()}));
+  ASSERT_EQ(rc, 0) << text;
+  EXPECT_NE(text.find("cut by --dice.record-max-bytes"), std::string::npos)
+    << text;
+  EXPECT_NE(text.find("all " + std::to_string(rec->iterations.size() + 1)
+                      + " weights hashes match"),
+            std::string::npos)
+    << text;
 }
 
 TEST_F(Replay, AnExistingRecordIsNeverOverwritten) {
-  ASSERT_EQ(dqn_rc_, 0);
-  auto before = dice::test::read_all(dir() / "dqn" / "learner.rec");
-  auto w = record_writer::create((dir() / "dqn").string(), 0);
+  auto path = synthetic_record(dir() / "existing");
+  auto before = dice::test::read_all(path);
+  ASSERT_TRUE(read_record((dir() / "existing").string()));
+  auto w = record_writer::create((dir() / "existing").string(), 0);
   ASSERT_FALSE(w);
   EXPECT_NE(dice::render(w.error()).find("a record is already there"),
             std::string::npos);
-  EXPECT_EQ(dice::test::read_all(dir() / "dqn" / "learner.rec"), before);
+  EXPECT_EQ(dice::test::read_all(path), before);
 }
 
 } // namespace replay_test
