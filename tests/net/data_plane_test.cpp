@@ -274,34 +274,6 @@ TEST_F(DataPlane, AClaimBeforeTheLinkIsUpWaitsForTheBytes) {
   EXPECT_TRUE(delivered);
 }
 
-// The dialer registers its receiving side just after it writes the bind,
-// so the sender can queue a transfer, and its router send the reference,
-// before the receiver's inbox heard of the link: a claim made then waits
-// for the bytes (it failed at once with "no data connection from the
-// peer", which dropped a 1 MB model at a bench's start under load).
-TEST_F(DataPlane, AClaimBeforeTheLinkIsUpWaitsForTheBytes) {
-  caf::scoped_actor self{sys};
-  auto claim = self->request(dialer->inbox(), 10s,
-                             dice::net::data_take_atom::value, std::uint32_t{1},
-                             std::uint64_t{1});
-  connect_planes();
-  ASSERT_TRUE(acceptor->wait_sendable(2, 5s));
-  auto x = pattern(1 << 20, 3);
-  auto id = acceptor->send(2, std::make_shared<dice::net::data_item>(x));
-  ASSERT_TRUE(id);
-  ASSERT_EQ(*id, 1u); // the transfer the claim named
-  bool delivered = false;
-  claim.receive(
-    [&](dice::shared_bytes& got) {
-      delivered = got.size() == x.size()
-        && std::memcmp(got.data(), x.data(), x.size()) == 0;
-    },
-    [&](caf::error& err) {
-      ADD_FAILURE() << caf::to_string(err);
-    });
-  EXPECT_TRUE(delivered);
-}
-
 TEST_F(DataPlane, SameHostBytesGoThroughOneRecycledSegment) {
   acceptor->set_same_host(true);
   dialer->set_same_host(true);
