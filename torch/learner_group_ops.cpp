@@ -120,9 +120,8 @@ caf::error learner_group::all_reduce_gradients(torch::nn::Module& m) {
     std::size_t bytes = 0;
     for (auto& g : grads)
       bytes += static_cast<std::size_t>(g.numel()) * g.element_size();
-    mode = d.cfg.size == 2 || bytes <= d.cfg.bucket_bytes
-      ? reduce_mode::exchange
-      : reduce_mode::bucketed;
+    mode = bytes <= d.cfg.bucket_bytes ? reduce_mode::exchange
+                                       : reduce_mode::bucketed;
   }
   if (mode == reduce_mode::exchange)
     return d.exchange(*pg, grads, changed);

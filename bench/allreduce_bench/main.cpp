@@ -9,7 +9,8 @@
 // anything else starts. Before each benchmark run rank 0 tells rank 1 over a
 // control socket what to do and how many iterations, so both run in step.
 //   BM_allreduce/mode:M/bytes:B   M: 0 flat, 1 bucketed 1 MiB, 2 bucketed
-//                                 4 MiB, 3/4/5 exchange 256 KiB/1 MiB/4 MiB
+//                                 4 MiB, 3/4/5 exchange 256 KiB/1 MiB/4 MiB,
+//                                 6 the default config (automatic, 4 MiB)
 //   BM_dqn_step_group/mode:M      a DQN step on both ranks, all-reduce between
 //   BM_tcp_exchange/bytes:B       the raw-TCP baseline
 //   BM_local_step/bytes:B         forward+backward+Adam of that model, alone
@@ -167,13 +168,13 @@ BENCHMARK(BM_tcp_exchange)
   ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_allreduce)
   ->ArgNames({"mode", "bytes"})
-  ->ArgsProduct({{0, 1, 2, 3, 4, 5}, {big_bytes, dqn_bytes}})
+  ->ArgsProduct({{0, 1, 2, 3, 4, 5, 6}, {big_bytes, dqn_bytes}})
   ->UseRealTime()
   ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_dqn_step_group)
   ->ArgNames({"mode"})
   ->Arg(1)
-  ->Arg(4)
+  ->Arg(6)
   ->UseRealTime()
   ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_local_step)

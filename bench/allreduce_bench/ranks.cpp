@@ -19,6 +19,8 @@ dice::learner_group_config mode_config(int mode) {
   dice::learner_group_config c;
   c.size = 2;
   c.timeout = std::chrono::seconds{30};
+  if (mode == 6)
+    return c; // the default config
   c.mode = mode == 0 ? dice::reduce_mode::flat
     : mode <= 2      ? dice::reduce_mode::bucketed
                      : dice::reduce_mode::exchange;
