@@ -41,8 +41,8 @@ enum class reduce_mode : std::uint8_t {
   /// the ring 2 (L-1)/L x: equal at L = 2, more above.
   exchange,
   /// `exchange` for a gradient of at most `bucket_bytes` (latency-bound:
-  /// one message), else `bucketed` (measured faster for a 6.8 MB gradient
-  /// at L = 2, docs/learner_group.md).
+  /// one message), else `bucketed` (faster for a 6.8 MB gradient at L = 2
+  /// in most runs, docs/learner_group.md).
   automatic,
 };
 
