@@ -178,6 +178,11 @@ int collector_main() {
       d.sender = node;
       d.seq = ++seq;
       d.env_step = batch;
+      // The send time (CLOCK_MONOTONIC, one clock for every process of a
+      // host; a collector here never trains): the learner's latency.
+      d.train_iter = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                       std::chrono::steady_clock::now().time_since_epoch())
+                       .count();
       d.trajectories = {p};
       self->send(router, dice::publish_atom::value, topic, node,
                  caf::make_message(topic, std::move(d)));

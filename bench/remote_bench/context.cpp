@@ -1,5 +1,6 @@
 // remote_bench context: N collector processes stream context deltas to the
-// learner, which counts transitions per second.
+// learner, which counts transitions per second and times each delta from
+// its collector's send to its arrival (latency_p50_us / latency_p99_us).
 
 #include "dice/actors/router.hpp"
 #include "dice/messages/context_delta.hpp"
@@ -10,8 +11,11 @@
 
 #include "remote_bench.hpp"
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -42,6 +46,9 @@ int context_main(int argc, char** argv) {
     std::atomic<std::uint64_t> transitions{0};
     std::atomic<std::uint64_t> bytes{0};
     std::atomic<bool> counting{false};
+    // Per delta, from the collector's send (train_iter) to the learner.
+    std::mutex mtx;
+    std::vector<double> latency_us;
   };
   auto t = std::make_shared<tally>();
   auto learner = sys.spawn([t, router](caf::event_based_actor* me) {
@@ -51,6 +58,14 @@ int context_main(int argc, char** argv) {
           t->transitions += dice::item_count(d.trajectories);
           for (auto& p : d.trajectories)
             t->bytes += p.bytes.size();
+          if (d.train_iter) {
+            auto now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                         clk::now().time_since_epoch())
+                         .count();
+            std::lock_guard<std::mutex> guard{t->mtx};
+            t->latency_us.push_back(static_cast<double>(now - *d.train_iter)
+                                    / 1e3);
+          }
         }
         auto ack = "ack" + std::to_string(d.sender);
         dice::context_delta a;
@@ -80,6 +95,17 @@ int context_main(int argc, char** argv) {
   auto transitions = t->transitions.load();
   auto bytes = t->bytes.load();
   auto rs = dice::router_stats();
+  std::vector<double> lat;
+  {
+    std::lock_guard<std::mutex> guard{t->mtx};
+    lat = t->latency_us;
+  }
+  std::sort(lat.begin(), lat.end());
+  auto pct = [&lat](double q) {
+    return lat.empty()
+      ? 0.0
+      : lat[static_cast<std::size_t>(q * static_cast<double>(lat.size() - 1))];
+  };
   stop_all(pids);
   caf::anon_send_exit(learner, caf::exit_reason::user_shutdown);
   print_json({{"mode", "context"},
@@ -87,6 +113,9 @@ int context_main(int argc, char** argv) {
               {"obs", obs},
               {"transitions_per_s", static_cast<double>(transitions) / dt},
               {"bytes_per_s", static_cast<double>(bytes) / dt},
+              {"latency_p50_us", pct(0.5)},
+              {"latency_p99_us", pct(0.99)},
+              {"latency_samples", lat.size()},
               {"batches_received", rs.batches_received},
               {"acks_batched", rs.forwards_batched}});
   dn->stop();
