@@ -2,6 +2,7 @@
 // context modes.
 
 #include "dice/actors/router.hpp"
+#include "dice/exchangers/context_exchanger.hpp"
 #include "dice/messages/context_delta.hpp"
 #include "dice/messages/payload.hpp"
 #include "net/data_plane.hpp"
@@ -152,7 +153,10 @@ int collector_main() {
   // flight (the learner acks each delta on "ack<node>").
   auto obs = num("obs", 4);
   auto batch = num("batch", 1000);
-  auto window = num("window", 8);
+  // dice's own window by default (context_exchanger_options).
+  auto window = num(
+    "window",
+    static_cast<long>(dice::context_exchanger_options{}.max_in_flight));
   // One transition: obs, next_obs, action, reward, done as floats.
   std::vector<float> items(static_cast<std::size_t>(batch * (2 * obs + 3)),
                            0.5f);

@@ -65,7 +65,7 @@ const std::vector<dice::bench::option_spec> specs{
   {"batch", value_kind::integer, "context: transitions per delta (1000)"},
   {"seconds", value_kind::real, "context: seconds counted (3)"},
   {"window", value_kind::integer,
-   "context: deltas a collector keeps in flight (8)"},
+   "context: deltas a collector keeps in flight (dice's max_in_flight, 32)"},
   {"relay", value_kind::text,
    "relay: broadcast on (1, default), off (0) or auto (chosen by measurement)"},
   {"hosts", value_kind::text,

@@ -111,7 +111,12 @@ struct context_exchanger_options {
   /// deltas the learner has not acknowledged; with a full window its
   /// before-part waits. 0: DI-engine's fire-and-forget (no window, no
   /// resend). With a storage_loader too: a resend stores the delta again.
-  std::size_t max_in_flight = 8;
+  /// 32: a window is worth window / round trip deltas a second, and a
+  /// round trip under load is ~0.6 ms on a 2-core host: 8 held 3 collectors
+  /// of 16-transition deltas to 0.5-0.7M transitions/s, 32 gives 1.4M
+  /// (bench/run's small-delta row; issue 25 item 2). At one delta in
+  /// flight the window changes nothing.
+  std::size_t max_in_flight = 32;
   /// A collector resends unacked deltas older than this (e.g. lost on the
   /// way; the learner drops any duplicate). When a learner (re)connects it
   /// resends them all at once instead.
