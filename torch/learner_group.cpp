@@ -294,7 +294,8 @@ caf::error learner_group::failure() const {
 }
 
 void learner_group::abort() {
-  impl_->fail(make_error(errc::finished, impl_->where() + ": aborted"));
+  impl_->fail(make_error(errc::finished, impl_->where() + ": aborted"), {},
+              true);
   std::lock_guard<std::mutex> guard{impl_->mtx};
   impl_->server.reset();
   impl_->port = 0;

@@ -286,7 +286,14 @@ caf::error learner_group::impl::exchange(const detail::pg_ptr& pg,
       }
     }
     // The receives of the step after next, into the buffers just summed.
-    st.posted[cur] = post_receives(cur);
+    // This step is complete on this rank whatever happens here: a peer that
+    // left meanwhile breaks the group for the next call, not this one.
+    try {
+      st.posted[cur] = post_receives(cur);
+    } catch (const std::exception& e) {
+      fail(detail::from_exception(e, where() + ": gradient exchange failed"));
+      return caf::none;
+    }
     ++st.step;
     std::lock_guard<std::mutex> guard{mtx};
     if (broken) {

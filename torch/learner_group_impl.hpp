@@ -231,8 +231,14 @@ struct learner_group::impl {
   // blocked on this rank fails at once instead of at its timeout.
   // Works still in flight (`abandoned`) keep their tensors alive; they end
   // in the background, at the latest at the collective timeout.
+  // `leaving`: this rank ends its membership (abort) rather than failing;
+  // if no collective of it is in flight, its connections then close in
+  // order (FIN) once the group is destroyed, so that peers still reading
+  // its last messages get them before they see it gone (a reset discards
+  // what the peer's kernel has not yet handed to Gloo).
   caf::error fail(caf::error err,
-                  std::vector<c10::intrusive_ptr<c10d::Work>> abandoned = {}) {
+                  std::vector<c10::intrusive_ptr<c10d::Work>> abandoned = {},
+                  bool leaving = false) {
     detail::pg_ptr dying;
     std::vector<c10::intrusive_ptr<c10d::Work>> sends_and_receives;
     {
@@ -248,7 +254,9 @@ struct learner_group::impl {
       w->abort();
     if (!dying)
       return err;
-    dying->break_connections();
+    // Only this reference: no call of this rank holds the group.
+    if (!leaving || dying.use_count() > 1)
+      dying->break_connections();
     // abort() may come while another thread's step is in flight: the group
     // is destroyed in the background either way.
     detail::bury(std::move(dying), std::move(abandoned),
