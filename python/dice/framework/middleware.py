@@ -8,16 +8,16 @@ import math
 from .. import _core
 
 
-def ContextExchanger(skip_n_iter=1, storage_loader=None, *, max_in_flight=8,
+def ContextExchanger(skip_n_iter=1, storage_loader=None, *, max_in_flight=32,
                      timeout=60.0):
     """Exchanges env_step, env_episode, train_iter, trajectories, episodes and
     trajectory_end_idx between nodes (docs/exchangers.md).
 
     dice deviations (its fixes): delivery is exactly-once with backpressure
-    (a collector keeps at most ``max_in_flight`` unacknowledged deltas and
-    resends them; 0 gives DI-engine's fire-and-forget), a learner waits at most
-    ``timeout`` seconds per iteration instead of forever, and finish ends every
-    wait.
+    (a collector keeps at most ``max_in_flight`` unacknowledged deltas, 32
+    as in C++, and resends them; 0 gives DI-engine's fire-and-forget), a
+    learner waits at most ``timeout`` seconds per iteration instead of
+    forever, and finish ends every wait.
     """
     return _core.context_exchanger(int(skip_n_iter), storage_loader,
                                    int(max_in_flight), float(timeout))
