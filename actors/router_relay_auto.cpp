@@ -27,16 +27,6 @@ std::atomic<std::uint64_t> star_choices{0};
 
 } // namespace
 
-std::optional<relay_mode> parse_relay_mode(const std::string& text) {
-  if (text == "auto")
-    return relay_mode::automatic;
-  if (text == "true" || text == "on" || text == "1")
-    return relay_mode::on;
-  if (text == "false" || text == "off" || text == "0")
-    return relay_mode::off;
-  return std::nullopt;
-}
-
 relay_choice_counts relay_choices() noexcept {
   return {tree_choices.load(), star_choices.load()};
 }

@@ -21,7 +21,17 @@ enum class relay_mode : std::uint8_t {
 };
 
 /// "auto", "true"/"on" or "false"/"off" as a relay_mode; none otherwise.
-std::optional<relay_mode> parse_relay_mode(const std::string& text);
+/// Inline: node options parse it without linking the router (fuzz/'s
+/// config target links only what the option decoders need).
+inline std::optional<relay_mode> parse_relay_mode(const std::string& text) {
+  if (text == "auto")
+    return relay_mode::automatic;
+  if (text == "true" || text == "on" || text == "1")
+    return relay_mode::on;
+  if (text == "false" || text == "off" || text == "0")
+    return relay_mode::off;
+  return std::nullopt;
+}
 
 /// How often the routers of this process decided, in auto mode, for the
 /// relay tree or for the star (one copy per peer).
