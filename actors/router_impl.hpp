@@ -88,7 +88,15 @@ void route(router_ptr self, const std::string& topic, std::uint32_t sender,
 void add_subscriber(router_ptr self, const std::string& topic,
                     std::uint32_t node, const caf::actor& member);
 
-// -- relay broadcast (router_relay.cpp) ---------------------------------------
+// -- relay broadcast (router_relay.cpp: the origin; router_relay_receive.cpp:
+// a receiver; router_relay_auto.cpp: relay or star, by measurement) ----------
+
+// Most children a relay reference may name.
+constexpr std::size_t max_relay_fanout = 8;
+
+// Most pieces a round's bytes travel in, and the least bytes a piece holds.
+constexpr std::uint32_t max_relay_pieces = 16;
+constexpr std::size_t min_relay_piece = std::size_t{1} << 20;
 
 // Starts a relay round for a local member's message if it pays; the peers
 // it serves (empty: none, send directly).
@@ -114,6 +122,8 @@ void relay_peer_lost(router_ptr self, std::uint32_t node);
 void peer_relay_report(router_ptr self, const router_peer& p,
                        const caf::strong_actor_ptr& src, std::uint32_t round,
                        std::uint32_t node, bool ok);
+// A relay reference from the origin `p`: checks it, then claims the round's
+// pieces from its upstream (router_relay_receive.cpp).
 void peer_relay_reference(router_ptr self, const router_peer& p,
                           const caf::strong_actor_ptr& src, relay_reference& x);
 
