@@ -41,9 +41,27 @@ class gate : public caf::event_based_actor {
   // down message stops it with the default handlers. None of them may come
   // from another node, so they are dropped before the mailbox. (Runs on the
   // sender's thread: counters only, no state.)
+  //
+  // Peer traffic from another node (a forward, subscription, relay report,
+  // done or finish, of exactly the types the handlers below take) goes
+  // straight into the router's mailbox from here, as `delegate` would send
+  // it (same sender, id and content): the gate is not scheduled for it,
+  // which saves an actor hop per message each way. Everything else (the
+  // handshake, strangers, anonymous senders, unknown types) takes the
+  // mailbox and the handlers as before. The router checks the peer itself
+  // and holds what a peer sent before its handshake answer (with_peer).
   void enqueue(caf::mailbox_element_ptr ptr, caf::execution_unit* eu) override {
-    if (ptr && !ptr->mid.is_response() && !admissible(ptr->content()))
-      return;
+    if (ptr && !ptr->mid.is_response()) {
+      auto& x = ptr->content();
+      if (!admissible(x))
+        return;
+      if (peer_traffic(x)
+          && classify(ptr->sender, system()) == sender_kind::remote) {
+        caf::actor_cast<caf::abstract_actor*>(router_)->enqueue(std::move(ptr),
+                                                                eu);
+        return;
+      }
+    }
     super::enqueue(std::move(ptr), eu);
   }
 
@@ -187,6 +205,31 @@ class gate : public caf::event_based_actor {
   }
 
  private:
+  // True if `x` is one of the peer messages the gate hands to its router
+  // (the atom's value checked too: a type token names only atom_value).
+  static bool peer_traffic(const caf::type_erased_tuple& x) {
+    if (x.match_elements<finish>())
+      return true;
+    if (x.empty() || !x.match_element<caf::atom_value>(0))
+      return false;
+    auto atom = x.get_as<caf::atom_value>(0);
+    if (atom == forward_atom::value)
+      return x.match_elements<forward_atom, std::string, std::uint32_t,
+                              caf::message>()
+        || x.match_elements<forward_atom, forward_batch>()
+        || x.match_elements<forward_atom, snapshot_chunk>()
+        || x.match_elements<forward_atom, std::string, std::uint32_t,
+                            std::uint64_t, model_snapshot>()
+        || x.match_elements<forward_atom, relay_reference>();
+    if (atom == subscribe_atom::value)
+      return x.match_elements<subscribe_atom, std::string, std::uint32_t>();
+    if (atom == relay_atom::value)
+      return x.match_elements<relay_atom, std::uint32_t, std::uint32_t, bool>();
+    if (atom == done_atom::value)
+      return x.match_elements<done_atom, std::uint32_t>();
+    return false;
+  }
+
   bool admissible(const caf::type_erased_tuple& x) const {
     auto tt = x.type_token();
     if (tt == caf::make_type_token<caf::exit_msg>()) {
