@@ -173,10 +173,10 @@ void peer_chunk(router_ptr self, const router_peer& p,
         caf::make_message(x->topic, std::move(x->snapshot)), true);
 }
 
-// A peer's snapshot whose bytes come on the data plane: the router claims them
-// and handles nothing else until they are there (or failed), so the
-// snapshot keeps its place among the peer's messages (a finish or done
-// sent after it is handled after it).
+// A peer's snapshot whose bytes come on the data plane: the router takes
+// them if they are there, else claims them and handles nothing else until
+// they are (or failed), so the snapshot keeps its place among the peer's
+// messages (a finish or done sent after it is handled after it).
 void peer_data_reference(router_ptr self, const router_peer& p,
                          const caf::strong_actor_ptr& src,
                          const std::string& topic, std::uint32_t sender,
@@ -198,9 +198,19 @@ void peer_data_reference(router_ptr self, const router_peer& p,
            "a data reference from node " + std::to_string(p.node),
            "it names another node as its sender");
     // Claimed and dropped, so its bytes do not hold the peer's budget.
-    self
-      ->request(dp.inbox(), timeout, net::data_take_atom::value, peer, transfer)
-      .then([](shared_bytes&) {}, [](caf::error&) {});
+    if (!dp.take_ready(peer, transfer))
+      self
+        ->request(dp.inbox(), timeout, net::data_take_atom::value, peer,
+                  transfer)
+        .then([](shared_bytes&) {}, [](caf::error&) {});
+    return;
+  }
+  // Bytes that came before their reference are taken at once; only bytes
+  // still on their way cost a request (and the wait below).
+  if (auto bytes = dp.take_ready(peer, transfer)) {
+    header.data = std::move(*bytes);
+    route(self, topic, sender, caf::make_message(topic, std::move(header)),
+          true);
     return;
   }
   self->request(dp.inbox(), timeout, net::data_take_atom::value, peer, transfer)

@@ -9,7 +9,9 @@
 #include "caf/stateful_actor.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -44,6 +46,43 @@ std::uint64_t data_budget::used() const {
   return used_;
 }
 
+void data_ready_table::put(std::uint32_t peer, std::uint64_t id,
+                           shared_bytes bytes,
+                           std::shared_ptr<data_budget> budget) {
+  std::lock_guard<std::mutex> guard{mtx_};
+  ready_.emplace(std::make_pair(peer, id),
+                 entry{std::move(bytes), std::move(budget)});
+}
+
+std::optional<shared_bytes> data_ready_table::take(std::uint32_t peer,
+                                                   std::uint64_t id) {
+  entry x;
+  {
+    std::lock_guard<std::mutex> guard{mtx_};
+    auto i = ready_.find(std::make_pair(peer, id));
+    if (i == ready_.end())
+      return std::nullopt;
+    x = std::move(i->second);
+    ready_.erase(i);
+  }
+  x.budget->release(x.bytes.size());
+  return std::move(x.bytes);
+}
+
+void data_ready_table::drop(std::uint32_t peer) {
+  std::vector<entry> dropped;
+  {
+    std::lock_guard<std::mutex> guard{mtx_};
+    auto i = ready_.lower_bound(std::make_pair(peer, std::uint64_t{0}));
+    while (i != ready_.end() && i->first.first == peer) {
+      dropped.push_back(std::move(i->second));
+      i = ready_.erase(i);
+    }
+  }
+  for (auto& x : dropped)
+    x.budget->release(x.bytes.size());
+}
+
 namespace {
 
 struct ready_bytes {
@@ -57,8 +96,11 @@ struct peer_inbox {
   // Highest transfer id received whole (ids only grow per sender).
   std::uint64_t highest = 0;
   std::shared_ptr<data_budget> budget;
-  std::map<std::uint64_t, ready_bytes> ready;
-  std::map<std::uint64_t, caf::response_promise> waiters;
+  // Open claims and when each times out (whole bytes nobody waits for are
+  // in the data_ready_table).
+  std::map<std::uint64_t,
+           std::pair<caf::response_promise, caf::actor_clock::time_point>>
+    waiters;
   // Claims that timed out: their bytes are discarded when they arrive.
   std::set<std::uint64_t> abandoned;
   // Relay rounds: tagged bytes by tag (the first of a tag wins), and the
@@ -83,18 +125,31 @@ struct inbox_state {
   std::map<std::uint32_t, peer_inbox> peers;
   std::vector<tag_claim> tag_claims;
   std::uint64_t next_key = 0;
+  std::shared_ptr<data_ready_table> ready;
+  // A (data_expire) is on its way: claims share one timer instead of
+  // waking CAF's clock thread each (a claim waits in most rounds whose
+  // reference overtook its bytes).
+  bool sweep_armed = false;
   static inline const char* name = "dice.data_inbox";
 };
 
 caf::behavior data_inbox(caf::stateful_actor<inbox_state>* self,
-                         std::uint32_t node, caf::timespan timeout) {
+                         std::uint32_t node, caf::timespan timeout,
+                         std::shared_ptr<data_ready_table> ready) {
   self->state.node = node;
   self->state.timeout = timeout;
+  self->state.ready = std::move(ready);
   auto fail_waiters = [=](peer_inbox& p, const std::string& why) {
-    for (auto& [id, rp] : p.waiters)
-      rp.deliver(make_error(errc::unreachable,
-                            "transfer " + std::to_string(id) + ": " + why));
+    for (auto& [id, w] : p.waiters)
+      w.first.deliver(make_error(
+        errc::unreachable, "transfer " + std::to_string(id) + ": " + why));
     p.waiters.clear();
+  };
+  auto arm_sweep = [=](caf::timespan after) {
+    if (self->state.sweep_armed)
+      return;
+    self->state.sweep_armed = true;
+    self->delayed_send(self, after, data_expire_atom::value);
   };
   // A relay claim waits for its origin's direct fallback whatever happens
   // to `via`; it fails only when the origin itself is gone.
@@ -177,11 +232,11 @@ caf::behavior data_inbox(caf::stateful_actor<inbox_state>* self,
       }
       if (auto w = p.waiters.find(id); w != p.waiters.end()) {
         p.budget->release(bytes.size());
-        w->second.deliver(std::move(bytes));
+        w->second.first.deliver(std::move(bytes));
         p.waiters.erase(w);
         return;
       }
-      p.ready.emplace(id, ready_bytes{std::move(bytes), p.budget});
+      self->state.ready->put(peer, id, std::move(bytes), p.budget);
     },
     [=](data_down_atom, std::uint32_t peer, std::uint64_t link_gen,
         const std::string& why) {
@@ -203,8 +258,7 @@ caf::behavior data_inbox(caf::stateful_actor<inbox_state>* self,
       fail_waiters(i->second, "peer lost");
       fail_tag_claims(peer, "its origin was lost");
       drop_tagged(i->second);
-      for (auto& [id, x] : i->second.ready)
-        x.budget->release(x.bytes.size());
+      self->state.ready->drop(peer);
       if (i->second.budget)
         i->second.budget->close();
       self->state.peers.erase(i);
@@ -214,12 +268,8 @@ caf::behavior data_inbox(caf::stateful_actor<inbox_state>* self,
       if (!local())
         return make_error(errc::unauthorized, "not a local claim");
       auto& p = self->state.peers[peer];
-      if (auto r = p.ready.find(id); r != p.ready.end()) {
-        auto bytes = std::move(r->second.bytes);
-        r->second.budget->release(bytes.size());
-        p.ready.erase(r);
-        return bytes;
-      }
+      if (auto bytes = self->state.ready->take(peer, id))
+        return std::move(*bytes);
       // A peer whose link was never up here: the dialer registers its
       // receiving side (data_up) just after it wrote the bind, so under
       // load the sender can take the bind, queue a transfer and send its
@@ -233,9 +283,9 @@ caf::behavior data_inbox(caf::stateful_actor<inbox_state>* self,
                             + (p.up ? "it was dropped"
                                     : "no data connection from the peer"));
       auto rp = self->make_response_promise();
-      p.waiters.emplace(id, rp);
-      self->delayed_send(self, self->state.timeout, data_expire_atom::value,
-                         peer, id);
+      p.waiters.emplace(
+        id, std::make_pair(rp, self->clock().now() + self->state.timeout));
+      arm_sweep(self->state.timeout);
       return rp;
     },
     [=](data_take_tag_atom, std::uint32_t via, std::uint32_t origin,
@@ -297,21 +347,34 @@ caf::behavior data_inbox(caf::stateful_actor<inbox_state>* self,
                                  + " did not arrive in time"));
       cs.erase(c);
     },
-    [=](data_expire_atom, std::uint32_t peer, std::uint64_t id) {
+    // The sweep: claims past their deadline fail (their bytes, should they
+    // still come, are discarded); the timer is armed again for the earliest
+    // claim left, if any.
+    [=](data_expire_atom) {
       if (!local())
         return;
-      auto i = self->state.peers.find(peer);
-      if (i == self->state.peers.end())
-        return;
-      if (auto w = i->second.waiters.find(id); w != i->second.waiters.end()) {
-        w->second.deliver(make_error(errc::timeout,
-                                     "transfer " + std::to_string(id)
-                                       + " did not arrive in time"));
-        i->second.waiters.erase(w);
-        if (i->second.abandoned.size() >= 1024)
-          i->second.abandoned.erase(i->second.abandoned.begin());
-        i->second.abandoned.insert(id);
-      }
+      self->state.sweep_armed = false;
+      auto now = self->clock().now();
+      std::optional<caf::actor_clock::time_point> next;
+      for (auto& [peer, p] : self->state.peers)
+        for (auto w = p.waiters.begin(); w != p.waiters.end();) {
+          if (w->second.second > now) {
+            if (!next || w->second.second < *next)
+              next = w->second.second;
+            ++w;
+            continue;
+          }
+          w->second.first.deliver(make_error(errc::timeout,
+                                             "transfer "
+                                               + std::to_string(w->first)
+                                               + " did not arrive in time"));
+          if (p.abandoned.size() >= 1024)
+            p.abandoned.erase(p.abandoned.begin());
+          p.abandoned.insert(w->first);
+          w = p.waiters.erase(w);
+        }
+      if (next)
+        arm_sweep(std::chrono::duration_cast<caf::timespan>(*next - now));
     },
   };
 }
@@ -319,8 +382,9 @@ caf::behavior data_inbox(caf::stateful_actor<inbox_state>* self,
 } // namespace
 
 caf::actor spawn_data_inbox(caf::actor_system& sys, std::uint32_t node,
-                            caf::timespan timeout) {
-  return sys.spawn(data_inbox, node, timeout);
+                            caf::timespan timeout,
+                            std::shared_ptr<data_ready_table> ready) {
+  return sys.spawn(data_inbox, node, timeout, std::move(ready));
 }
 
 } // namespace dice::net

@@ -14,8 +14,11 @@
 
 #include <condition_variable>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <utility>
 
 namespace dice::net {
 
@@ -48,6 +51,33 @@ class data_budget {
   bool closed_ = false;
 };
 
+/// Whole untagged transfers the inbox holds until the router claims them,
+/// behind a mutex instead of the inbox's mailbox: the router takes bytes
+/// that already arrived at once (`data_plane::take_ready`), without a
+/// request, a response and a request timeout on CAF's clock thread; it asks
+/// the inbox only for bytes still on their way. Only the inbox puts bytes
+/// here (after its checks of the link), so a lost peer's are never found.
+class data_ready_table {
+ public:
+  /// Holds `bytes` of transfer `id` from `peer` (counted in `budget`).
+  void put(std::uint32_t peer, std::uint64_t id, shared_bytes bytes,
+           std::shared_ptr<data_budget> budget);
+
+  /// The bytes of `(peer, id)`, taken (their budget released), if here.
+  std::optional<shared_bytes> take(std::uint32_t peer, std::uint64_t id);
+
+  /// Drops every transfer of `peer`, releasing their budget.
+  void drop(std::uint32_t peer);
+
+ private:
+  struct entry {
+    shared_bytes bytes;
+    std::shared_ptr<data_budget> budget;
+  };
+  std::mutex mtx_;
+  std::map<std::pair<std::uint32_t, std::uint64_t>, entry> ready_;
+};
+
 /// A reader's link to `peer` is up (link_gen identifies the link).
 using data_up_atom = caf::atom_constant<caf::atom("dataUp")>;
 /// A reader received a whole transfer.
@@ -56,12 +86,14 @@ using data_ready_atom = caf::atom_constant<caf::atom("dataReady")>;
 using data_down_atom = caf::atom_constant<caf::atom("dataDown")>;
 /// The peer is lost: drop everything of it.
 using data_drop_atom = caf::atom_constant<caf::atom("dataDrop")>;
-/// A claim waited too long.
+/// Claims may have waited too long: the inbox checks their deadlines.
 using data_expire_atom = caf::atom_constant<caf::atom("dataExpire")>;
 
-/// Spawns the inbox of node `node`; claims wait at most `timeout`.
+/// Spawns the inbox of node `node`; claims wait at most `timeout`; whole
+/// transfers nobody waits for go to `ready`.
 caf::actor spawn_data_inbox(caf::actor_system& sys, std::uint32_t node,
-                            caf::timespan timeout);
+                            caf::timespan timeout,
+                            std::shared_ptr<data_ready_table> ready);
 
 } // namespace dice::net
 

@@ -79,9 +79,15 @@ data_plane::data_plane(caf::actor_system& sys, data_plane_config cfg)
                    render(ctx.error()) + "; snapshots travel over BASP");
     }
   }
-  inbox_ = spawn_data_inbox(sys, cfg_.node, cfg_.io_timeout);
+  ready_ = std::make_shared<data_ready_table>();
+  inbox_ = spawn_data_inbox(sys, cfg_.node, cfg_.io_timeout, ready_);
   same_host_ = cfg_.same_host;
   probe_ = make_probe();
+}
+
+std::optional<shared_bytes> data_plane::take_ready(std::uint32_t peer,
+                                                   std::uint64_t id) {
+  return ready_->take(peer, id);
 }
 
 data_plane::~data_plane() {

@@ -176,6 +176,7 @@ bool wait_segments_closed(caf::timespan timeout);
 struct shm_segment;
 struct shm_probe;
 class data_tls;
+class data_ready_table;
 
 /// Bytes queued for one or more peers; the checksum (or, for same-host
 /// peers, the shared-memory segment) is made once, by the first writer that
@@ -240,6 +241,11 @@ class data_plane {
   const caf::actor& inbox() const noexcept {
     return inbox_;
   }
+
+  /// The bytes of transfer `id` from `peer` if they arrived whole and nobody
+  /// claimed them yet (taken: a second call gets nothing); else nullopt and
+  /// the caller claims them from `inbox()`, which answers when they come.
+  std::optional<shared_bytes> take_ready(std::uint32_t peer, std::uint64_t id);
 
   /// Acceptor side, in the control session's hello: takes the attacher's
   /// public key `their_pub` and answers with this side's (empty if
@@ -332,6 +338,7 @@ class data_plane {
   bool enabled_ = true;
   std::shared_ptr<data_tls> tls_;
   caf::actor inbox_;
+  std::shared_ptr<data_ready_table> ready_;
   mutable std::mutex mtx_;
   mutable std::condition_variable changed_;
   bool stopping_ = false;
