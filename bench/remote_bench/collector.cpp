@@ -40,16 +40,21 @@ std::uint64_t touch_pages(const dice::shared_bytes& x) {
 // The member that answers each snapshot with an ack on "ack" (seq: the
 // snapshot's version; with `checksum`, the bytes' checksum in `base`, which
 // the relay mode compares with the learner's).
+// With `ack_fd` >= 0 (--ack socket) the ack is a datagram on it instead.
 caf::actor spawn_acker(caf::actor_system& sys, const dice::router_actor& router,
-                       std::uint32_t node, bool checksum) {
+                       std::uint32_t node, bool checksum, int ack_fd = -1) {
   auto ack_topic = std::string{"ack"};
   return sys.spawn([=](caf::event_based_actor* me) -> caf::behavior {
     return {[](const dice::peer_event&) {},
             [=](const std::string&, const dice::model_snapshot& x) {
+              touched = touch_pages(x.data);
+              if (ack_fd >= 0) {
+                send_ack(ack_fd, node, static_cast<std::uint64_t>(x.version));
+                return;
+              }
               dice::context_delta d;
               d.sender = node;
               d.seq = static_cast<std::uint64_t>(x.version);
-              touched = touch_pages(x.data);
               if (checksum)
                 d.base = dice::checksum64(x.data.data(), x.data.size());
               me->send(router, dice::publish_atom::value, ack_topic, node,
@@ -140,7 +145,11 @@ int collector_main() {
   if (mode == "snapshot" && mesh)
     return mesh_collector(sys, *dn);
   if (mode == "snapshot") {
-    auto member = spawn_acker(sys, router, node, false);
+    auto ack_fd = -1;
+    if (auto p = num("ack-port", 0);
+        p > 0 && (ack_fd = ack_sender(static_cast<std::uint16_t>(p))) < 0)
+      _exit(4);
+    auto member = spawn_acker(sys, router, node, false, ack_fd);
     self->send(router, dice::join_atom::value, node, dice::role_set{}, member,
                std::vector<std::string>{"model"});
     self->receive([](const std::vector<dice::finish>&) {});

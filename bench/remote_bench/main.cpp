@@ -9,7 +9,9 @@
 //     --tls DIR: every node runs TLS with DIR/{cert,key,ca}.pem
 //     (scripts/make-test-certs), on BASP and on data connections alike.
 //     --idle-poll 0: CAF's idle workers wait at once, as in RL nodes
-//     (dice::rl::run_config); --min-bytes B: the data plane's threshold.
+//     (dice::rl::run_config); --min-bytes B: the data plane's threshold;
+//     --ack socket: collectors ack with a datagram instead of a dice
+//     publish back (ack_socket.cpp), so a round times the delivery alone.
 //   remote_bench context --collectors N --obs K --batch B --seconds T [--path
 //   P]
 //     nodes as in the snapshot mode (the learner behind dice's listener and
@@ -61,6 +63,9 @@ const std::vector<dice::bench::option_spec> specs{
   {"idle-poll", value_kind::integer,
    "idle CAF workers poll before they wait: 1 (default, CAF's) or 0 (as "
    "RL nodes)"},
+  {"ack", value_kind::text,
+   "snapshot: how collectors ack: dice (default: a publish back through the "
+   "routers and BASP) or socket (one datagram, as raw TCP's one-byte ack)"},
   {"obs", value_kind::integer, "context: floats per observation (4)"},
   {"batch", value_kind::integer, "context: transitions per delta (1000)"},
   {"seconds", value_kind::real, "context: seconds counted (3)"},
@@ -79,6 +84,8 @@ const std::vector<dice::bench::option_spec> specs{
   // Set by the learner on the collectors' command lines.
   {"port", value_kind::integer, "collector: the learner's port"},
   {"node", value_kind::integer, "collector: its node id (1)"},
+  {"ack-port", value_kind::integer,
+   "collector: the learner's ack port (--ack socket)"},
   {"mode", value_kind::text, "collector: snapshot (default) or context"},
   {"mesh", value_kind::integer, "collector: one of the relay's mesh (0)"},
   {"peers", value_kind::text, "collector: the mesh peers it attaches to"},

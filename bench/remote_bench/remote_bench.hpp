@@ -104,6 +104,37 @@ struct socket_bytes {
 /// The sum over this process's open TCP sockets (sockets.cpp).
 socket_bytes tcp_bytes();
 
+/// --ack socket, learner side: a loopback UDP socket the collectors' acks
+/// come to (ack_socket.cpp).
+class ack_receiver {
+ public:
+  /// Binds an ephemeral loopback port (port() is 0 if that failed).
+  ack_receiver();
+  ack_receiver(const ack_receiver&) = delete;
+  ack_receiver& operator=(const ack_receiver&) = delete;
+  ~ack_receiver();
+
+  /// The port collectors send to.
+  std::uint16_t port() const noexcept {
+    return port_;
+  }
+
+  /// Waits for `n` acks of `version`; false on a timeout.
+  bool wait(std::uint64_t version, long n, std::chrono::seconds within);
+
+ private:
+  void close();
+  int fd_ = -1;
+  std::uint16_t port_ = 0;
+};
+
+/// --ack socket, collector side: a UDP socket connected to the learner's
+/// `port` (-1 on failure).
+int ack_sender(std::uint16_t port);
+
+/// Sends one ack {node, version} on `fd` (from ack_sender).
+void send_ack(int fd, std::uint32_t node, std::uint64_t version);
+
 /// A snapshot of one uint8 tensor of `size` bytes.
 dice::model_snapshot make_snapshot(long size);
 

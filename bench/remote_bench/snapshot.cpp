@@ -1,5 +1,6 @@
 // remote_bench snapshot: the learner publishes model snapshots to N
-// collector processes and times each round until every collector acked.
+// collector processes and times each round until every collector acked
+// (through dice, or with --ack socket a datagram each: ack_socket.cpp).
 
 #include "dice/actors/router.hpp"
 #include "dice/messages/context_delta.hpp"
@@ -11,6 +12,7 @@
 #include "remote_bench.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <optional>
 #include <string>
 #include <vector>
@@ -22,6 +24,20 @@ int snapshot_main(int argc, char** argv) {
   auto size = num("size", 6'800'000);
   auto rounds = num("rounds", 10);
   auto path = arg("path", "data");
+  auto ack = arg("ack", "dice");
+  if (ack != "dice" && ack != "socket") {
+    std::fprintf(stderr, "remote_bench: --ack is dice or socket\n");
+    return 1;
+  }
+  std::optional<ack_receiver> side_acks;
+  std::vector<std::string> extra{"--path", path};
+  if (ack == "socket") {
+    side_acks.emplace();
+    if (side_acks->port() == 0)
+      return 1;
+    extra.push_back("--ack-port");
+    extra.push_back(std::to_string(side_acks->port()));
+  }
   config cfg;
   caf::actor_system sys{cfg};
   // The learner is a dice node listening on an ephemeral port.
@@ -33,7 +49,7 @@ int snapshot_main(int argc, char** argv) {
   self->send(router, dice::join_atom::value, std::uint32_t{0}, dice::role_set{},
              caf::actor{self}, std::vector<std::string>{"ack"});
   self->receive([](const std::vector<dice::finish>&) {});
-  auto started = start_collectors(self, router, argc, argv, {"--path", path}, n,
+  auto started = start_collectors(self, router, argc, argv, extra, n,
                                   dn->port());
   if (!started)
     return 2;
@@ -54,6 +70,15 @@ int snapshot_main(int argc, char** argv) {
     auto t0 = clk::now();
     self->send(router, dice::publish_atom::value, std::string{"model"},
                std::uint32_t{0}, caf::make_message(std::string{"model"}, x));
+    if (side_acks) {
+      if (!side_acks->wait(static_cast<std::uint64_t>(x.version), n, 30s)) {
+        stop_all(pids);
+        return 3;
+      }
+      if (r >= 2) // two warm-up rounds
+        times.push_back(secs(clk::now() - t0));
+      continue;
+    }
     long acks = 0;
     while (acks < n) {
       bool timeout = false;
@@ -84,6 +109,7 @@ int snapshot_main(int argc, char** argv) {
   auto med = times[times.size() / 2];
   print_json({{"mode", "snapshot"},
               {"path", path},
+              {"ack", ack},
               {"tls", !tls_dir.empty()},
               {"collectors", n},
               {"size", size},
