@@ -40,26 +40,21 @@ graveyard& the_graveyard() {
 
 } // namespace
 
-void bury(pg_ptr pg, std::vector<c10::intrusive_ptr<c10d::Work>> works,
-          std::vector<c10::intrusive_ptr<c10d::Work>> p2p) {
+void bury(pg_ptr pg, std::vector<c10::intrusive_ptr<c10d::Work>> works) {
   auto& g = the_graveyard();
   std::lock_guard<std::mutex> guard{g.mtx};
-  // Sends and receives are not waited for: on a closed pair they end only
-  // at the timeout (aborted, a wait returns once). They hold their buffers
-  // until the group is gone.
-  g.threads.emplace_back([pg = std::move(pg), works = std::move(works),
-                          p2p = std::move(p2p)]() mutable {
-    for (auto& w : works) {
-      try {
-        w->wait();
-      } catch (const std::exception&) {
-        // Expected: the connections were broken under it.
+  g.threads.emplace_back(
+    [pg = std::move(pg), works = std::move(works)]() mutable {
+      for (auto& w : works) {
+        try {
+          w->wait();
+        } catch (const std::exception&) {
+          // Expected: the connections were broken under it.
+        }
       }
-    }
-    works.clear();
-    pg.reset(); // joins Gloo's worker threads
-    p2p.clear();
-  });
+      works.clear();
+      pg.reset(); // joins Gloo's worker threads
+    });
 }
 
 } // namespace dice::detail
@@ -69,6 +64,47 @@ namespace dice {
 using detail::closable_store;
 using detail::from_exception;
 using detail::pg_ptr;
+
+namespace {
+
+// Connects the exchange links of `cfg`'s rank through `store`, then all ranks
+// learn every rank's outcome over the (proven) Gloo group, so that all fail
+// together: a rank whose links failed must not leave the others waiting
+// for a step that will never come.
+caf::expected<detail::links_ptr> form_links(const learner_group_config& cfg,
+                                            const std::string& where,
+                                            c10d::Store& store,
+                                            c10d::ProcessGroupGloo& pg) {
+  caf::expected<detail::links_ptr> links{caf::error{}};
+  try {
+    links = detail::exchange_links::connect(
+      cfg,
+      [&](const std::string& key, const std::string& value) {
+        store.set(key, std::vector<uint8_t>(value.begin(), value.end()));
+      },
+      [&](const std::string& key) {
+        store.wait({key}, cfg.join_timeout);
+        auto v = store.get(key);
+        return std::string(v.begin(), v.end());
+      },
+      where);
+  } catch (const std::exception& e) {
+    links = from_exception(e, where + ": exchange links failed");
+  }
+  std::vector<at::Tensor> failed{
+    torch::full({1}, links ? 0.0f : 1.0f, torch::kFloat)};
+  pg.allreduce(failed)->wait();
+  if (!links)
+    return links;
+  if (auto n = failed[0].item<float>(); n > 0)
+    return make_error(errc::handshake_failed,
+                      where + ": exchange links failed on "
+                        + std::to_string(static_cast<int>(n))
+                        + " other rank(s); the group is torn down");
+  return links;
+}
+
+} // namespace
 
 std::string to_string(reduce_mode x) {
   switch (x) {
@@ -246,11 +282,20 @@ caf::error learner_group::join() {
         return d.fail(std::move(err));
       }
     }
+    // The exchange's own connections, through the same store and proven
+    // with the same secret (see form_links).
+    auto links = form_links(c, d.where(), *prefixed, *pg);
     if (store)
       store->close();
+    if (!links) {
+      pg->break_connections();
+      detail::bury(std::move(pg), {});
+      return d.fail(std::move(links.error()));
+    }
     std::lock_guard<std::mutex> guard{d.mtx};
     if (d.broken) // aborted meanwhile
       return d.broken;
+    d.links = std::move(*links);
     d.pg = std::move(pg);
     d.joined = true;
     d.port = 0;

@@ -6,6 +6,7 @@
 #include "dice/core/errc.hpp"
 #include "dice/torch/learner_group.hpp"
 
+#include "learner_group_links.hpp"
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
@@ -38,8 +39,7 @@ using pg_ptr = c10::intrusive_ptr<breakable_gloo>;
 /// waits for operations still in flight (at most the collective timeout),
 /// and the rank that gave up on them should not wait with them. Threads are
 /// joined at exit.
-void bury(pg_ptr pg, std::vector<c10::intrusive_ptr<c10d::Work>> works,
-          std::vector<c10::intrusive_ptr<c10d::Work>> p2p = {});
+void bury(pg_ptr pg, std::vector<c10::intrusive_ptr<c10d::Work>> works);
 
 /// Trainable parameters whose gradients take part, undefined ones made
 /// zeros.
@@ -64,23 +64,14 @@ std::vector<bucket> make_buckets(const std::vector<at::Tensor>& xs,
 /// What `reduce_mode::exchange` keeps between steps
 /// (learner_group_exchange.cpp).
 struct exchange_state {
-  /// Layouts seen so far: the tag's low bits, so that receives posted for
-  /// an older layout never match a newer one's messages.
-  std::uint32_t epoch = 0;
-  std::int64_t layout = 0;
   bool ready = false;
-  /// Steps done with this layout: step & 1 picks the buffers.
-  std::uint64_t step = 0;
-  /// Two sets of receive buffers, [set][peer][segment] (this rank's own row
-  /// stays empty).
-  std::vector<std::vector<at::Tensor>> recv[2];
-  /// Send buffers of segments packed from several tensors, [segment].
-  std::vector<at::Tensor> pack;
-  /// Receives posted for older layouts: never matched, kept (alive, to be
-  /// aborted) until the group ends.
-  std::vector<c10::intrusive_ptr<c10d::Work>> stale;
-  /// The receives posted into each set, [set][peer][segment]; empty if none.
-  std::vector<std::vector<c10::intrusive_ptr<c10d::Work>>> posted[2];
+  /// Where each tensor starts in a message (16-byte aligned), and its size.
+  std::vector<std::size_t> offsets;
+  std::size_t bytes = 0;
+  /// What each peer sent last, [rank] (this rank's own stays empty).
+  std::vector<std::vector<char>> recv;
+  /// Contiguous copies of gradients that are not contiguous, [tensor].
+  std::vector<at::Tensor> staged;
 };
 
 /// Turns a c10d/gloo exception into `errc::timeout` or `errc::unreachable`.
@@ -196,14 +187,12 @@ struct learner_group::impl {
   bool layout_checked = false;
   std::vector<at::Tensor> buffers;
   detail::exchange_state xs;
-  // Every send and receive of the exchange not known to be complete
-  // (including those posted for the next step): a failure aborts them, as
-  // Gloo ends them on a closed pair only at the timeout.
-  std::vector<c10::intrusive_ptr<c10d::Work>> p2p;
+  // The exchange's own connections (size > 1, once joined): a failure
+  // shuts them, so that a step blocked on one returns at once.
+  detail::links_ptr links;
 
   // Exchanges and averages `grads` (reduce_mode::exchange).
-  caf::error exchange(const detail::pg_ptr& pg, std::vector<at::Tensor>& grads,
-                      bool layout_changed);
+  caf::error exchange(std::vector<at::Tensor>& grads, bool layout_changed);
 
   std::string where() const {
     return "learner group g" + std::to_string(cfg.generation) + " rank "
@@ -240,18 +229,18 @@ struct learner_group::impl {
                   std::vector<c10::intrusive_ptr<c10d::Work>> abandoned = {},
                   bool leaving = false) {
     detail::pg_ptr dying;
-    std::vector<c10::intrusive_ptr<c10d::Work>> sends_and_receives;
+    detail::links_ptr cut;
     {
       std::lock_guard<std::mutex> guard{mtx};
       if (!broken)
         broken = err;
       dying = std::move(pg);
-      sends_and_receives = std::move(p2p);
-      p2p.clear();
+      cut = std::move(links);
     }
-    // A step waiting on one of them returns at once, and sees `broken`.
-    for (auto& w : sends_and_receives)
-      w->abort();
+    // A step waiting on a link returns at once, and sees `broken`. FIN, not
+    // a reset: a peer still reading this rank's last message gets it.
+    if (cut)
+      cut->shut();
     if (!dying)
       return err;
     // Only this reference: no call of this rank holds the group.
@@ -259,8 +248,7 @@ struct learner_group::impl {
       dying->break_connections();
     // abort() may come while another thread's step is in flight: the group
     // is destroyed in the background either way.
-    detail::bury(std::move(dying), std::move(abandoned),
-                 std::move(sends_and_receives));
+    detail::bury(std::move(dying), std::move(abandoned));
     return err;
   }
 

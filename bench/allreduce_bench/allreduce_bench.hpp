@@ -22,9 +22,9 @@ constexpr std::int64_t big_bytes = 6824968;
 constexpr std::int64_t dqn_bytes = 18440;
 
 // The ways of reducing that are compared: 0 flat, 1 bucketed 1 MiB, 2
-// bucketed 4 MiB, 3 exchange 256 KiB, 4 exchange 1 MiB, 5 exchange 4 MiB,
-// 6 the default config (automatic with 4 MiB buckets: the exchange for the
-// 18 KB gradient, bucketed 4 MiB for the 6.8 MB one).
+// bucketed 4 MiB, 3 exchange 256 KiB, 4 exchange 1 MiB, 5 exchange 4 MiB
+// (since the exchange sends one message per step, 3-5 differ only in the
+// config), 6 the default config (automatic: the exchange at L = 2).
 constexpr int mode_count = 7;
 
 /// The learner group of reduce mode `mode` (see mode_count).
@@ -42,7 +42,9 @@ std::shared_ptr<torch::nn::Sequential> make_model(std::int64_t bytes);
 std::int64_t model_bytes(torch::nn::Module& m);
 
 struct command {
-  std::int32_t kind; // 0 all-reduce, 1 tcp exchange, 2 stop, 3 DQN step
+  // 0 all-reduce, 1 tcp exchange, 2 stop, 3 DQN step through the group,
+  // 4 DQN step through the raw TCP exchange
+  std::int32_t kind;
   std::int32_t mode;
   std::int64_t bytes;
   std::int64_t iterations;
@@ -142,6 +144,11 @@ struct rank_state {
     return bytes == big_bytes ? **big : **dqn;
   }
 };
+
+/// One DQN step of `s`'s step model, the gradients averaged through the
+/// raw-TCP link of the baseline: what the grouped step would cost if the
+/// all-reduce cost only a raw exchange.
+bool dqn_step_tcp(rank_state& s);
 
 /// Runs one command; both ranks do the same.
 bool run(rank_state& s, const command& c);

@@ -10,8 +10,10 @@
 // control socket what to do and how many iterations, so both run in step.
 //   BM_allreduce/mode:M/bytes:B   M: 0 flat, 1 bucketed 1 MiB, 2 bucketed
 //                                 4 MiB, 3/4/5 exchange 256 KiB/1 MiB/4 MiB,
-//                                 6 the default config (automatic, 4 MiB)
+//                                 6 the default config (automatic: the
+//                                 exchange at L = 2)
 //   BM_dqn_step_group/mode:M      a DQN step on both ranks, all-reduce between
+//   BM_dqn_step_tcp               the same, averaged through the raw-TCP link
 //   BM_tcp_exchange/bytes:B       the raw-TCP baseline
 //   BM_local_step/bytes:B         forward+backward+Adam of that model, alone
 // Models: B = 6824968 (1.7M floats, four Linear layers) and B = 18440 (the
@@ -139,6 +141,24 @@ void BM_dqn_step_group(benchmark::State& st) {
   timer.report(st);
 }
 
+// The same step with the gradients averaged through the raw-TCP link (one
+// packed buffer, the baseline's exchange, (a + b) / 2): the bound for
+// BM_dqn_step_group on this machine.
+void BM_dqn_step_tcp(benchmark::State& st) {
+  iteration_timer timer;
+  start_peer(st, 4, 0, dqn_bytes);
+  for (auto _ : st) {
+    timer.start();
+    if (!dqn_step_tcp(*state)) {
+      st.SkipWithError("the raw-TCP step failed");
+      break;
+    }
+    timer.stop();
+  }
+  finish_peer(st);
+  timer.report(st);
+}
+
 // A learner's own work per step on that model, for the scaling estimate:
 // forward and backward of a batch of 64, then Adam.
 void BM_local_step(benchmark::State& st) {
@@ -177,6 +197,7 @@ BENCHMARK(BM_dqn_step_group)
   ->Arg(6)
   ->UseRealTime()
   ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_dqn_step_tcp)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_local_step)
   ->ArgNames({"bytes"})
   ->Arg(big_bytes)

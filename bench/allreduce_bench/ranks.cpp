@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstring>
 
 namespace dice::bench::allreduce {
 
@@ -85,8 +86,39 @@ std::int64_t model_bytes(torch::nn::Module& m) {
   return n;
 }
 
+bool dqn_step_tcp(rank_state& s) {
+  auto& net = *s.step_net;
+  s.step_opt->zero_grad();
+  auto loss = net->forward(s.step_x).pow(2).mean();
+  loss.backward();
+  std::size_t off = 0;
+  for (auto& p : net->parameters()) {
+    auto bytes = static_cast<std::size_t>(p.numel()) * sizeof(float);
+    std::memcpy(s.out.data() + off, p.grad().data_ptr(), bytes);
+    off += bytes;
+  }
+  if (!s.link->exchange(s.out.data(), s.in.data(), off))
+    return false;
+  off = 0;
+  for (auto& p : net->parameters()) {
+    auto* g = static_cast<float*>(p.grad().data_ptr());
+    auto* other = reinterpret_cast<const float*>(s.in.data() + off);
+    for (std::int64_t i = 0; i < p.numel(); ++i)
+      g[i] = (g[i] + other[i]) / 2.0f;
+    off += static_cast<std::size_t>(p.numel()) * sizeof(float);
+  }
+  s.step_opt->step();
+  return true;
+}
+
 // Runs one command; both ranks do the same.
 bool run(rank_state& s, const command& c) {
+  if (c.kind == 4) {
+    for (std::int64_t i = 0; i < c.iterations; ++i)
+      if (!dqn_step_tcp(s))
+        return false;
+    return true;
+  }
   if (c.kind == 3) {
     auto& g = s.groups[static_cast<std::size_t>(c.mode)];
     for (std::int64_t i = 0; i < c.iterations; ++i)

@@ -34,15 +34,15 @@ enum class reduce_mode : std::uint8_t {
   bucketed,
   /// One flat buffer holding the whole gradient, one all-reduce.
   flat,
-  /// Every rank sends its gradient (in segments of at most `bucket_bytes`)
-  /// to every other rank and sums all ranks' in rank order: one message
-  /// latency instead of the ring's 2 (L-1), and the receives of the next
-  /// step are posted when a step ends. Each rank moves (L-1) x the gradient,
-  /// the ring 2 (L-1)/L x: equal at L = 2, more above.
+  /// Every rank sends its whole gradient to every other rank, in one
+  /// message over the group's own proven connections that the calling
+  /// thread writes and reads itself, and sums all ranks' in rank order: one
+  /// message latency instead of the ring's 2 (L-1), and no thread hand-off.
+  /// Each rank moves (L-1) x the gradient, the ring 2 (L-1)/L x: equal at
+  /// L = 2, more above.
   exchange,
-  /// `exchange` for a gradient of at most `bucket_bytes` (latency-bound:
-  /// one message), else `bucketed` (faster for a 6.8 MB gradient at L = 2
-  /// in most runs, docs/learner_group.md).
+  /// `exchange` at L = 2 or for a gradient of at most `bucket_bytes`
+  /// (latency-bound), else `bucketed` (moves less at L > 2).
   automatic,
 };
 
