@@ -98,11 +98,11 @@ caf::expected<storage_ref> store(const storage_options& opts,
 
 caf::expected<model_snapshot> load_snapshot(const storage_ref& ref) {
   // Copied into a fresh, uninitialized buffer (never handed out in place:
-  // anyone who can write the item could change it after the check), each
-  // block hashed right after it was copied: what is verified is what is
-  // returned. A shared-memory item is copied through a view kept for the
-  // next load of the same segment (pread looks up and locks every 4 KiB
-  // page: 3x a memcpy); a file with pread.
+  // anyone who can write the item could change it after the check) and
+  // hashed from what was copied: what is verified is what is returned. A
+  // shared-memory item is copied through a view kept for the next load of the
+  // same segment (pread looks up and locks every 4 KiB page: 3x a memcpy); a
+  // file with pread.
   unique_fd owner; // closed on every return
   std::size_t size = 0;
   struct stat st;
@@ -126,12 +126,13 @@ caf::expected<model_snapshot> load_snapshot(const storage_ref& ref) {
     return err;
   auto body_len = size - 16 - static_cast<std::size_t>(meta_len);
   writable_bytes body{body_len};
-  // The stored checksum chains the header part into the body's seed.
-  checksum64_stream body_sum{sum.digest()};
-  if (auto err = read_part(ref, fd, view, 16 + meta.size(), body.data(),
-                           body_len, &body_sum))
+  // The stored checksum chains the header part into the body's seed; the
+  // body is hashed in the pass that copies it (copy_hash).
+  std::uint64_t body_sum = 0;
+  if (auto err = read_part_hashed(ref, fd, view, 16 + meta.size(), body.data(),
+                                  body_len, sum.digest(), body_sum))
     return err;
-  if (ref.checksum != 0 && body_sum.digest() != ref.checksum)
+  if (ref.checksum != 0 && body_sum != ref.checksum)
     return make_error(errc::malformed_input,
                       ref.path + ": checksum mismatch (changed or corrupt)");
   model_snapshot result;

@@ -50,11 +50,16 @@ caf::error read_at(const storage_ref& ref, int fd, std::size_t pos,
 // Shared-memory items of at least this size are copied through mappings
 // (smaller ones with pwrite/pread: a mapping costs more than it saves).
 inline constexpr std::size_t map_min = 256 * 1024;
-// Copies n bytes and feeds `sum` (if any) the private side: `src` on a
-// store (`sum_dst` false), `dst` on a load, so what is verified is what is
-// returned. False if the mapping was truncated under the copy (SIGBUS).
+// Copies n bytes and feeds `sum` (if any) the copy (`dst`), so what is
+// verified is what is returned. False if the mapping was truncated under
+// the copy (SIGBUS).
 bool copy_guarded(std::uint8_t* dst, const std::uint8_t* src, std::size_t n,
-                  checksum64_stream* sum, bool sum_dst);
+                  checksum64_stream* sum);
+// Copies n bytes and sets `digest` to checksum64(dst, n, seed) in the same
+// pass (copy_hash); false if the mapping was truncated under the copy.
+bool copy_hash_guarded(std::uint8_t* dst, const std::uint8_t* src,
+                       std::size_t n, std::uint64_t seed,
+                       std::uint64_t& digest);
 // A read-only view of a shared-memory segment: `handle` keeps it mapped.
 struct item_view {
   std::shared_ptr<const void> handle;
@@ -68,6 +73,12 @@ item_view map_view(int fd, const struct stat& st);
 caf::error read_part(const storage_ref& ref, int fd, const item_view& view,
                      std::size_t pos, std::uint8_t* out, std::size_t n,
                      checksum64_stream* sum);
+// read_part of a whole hashed part: `digest` is checksum64(out, n, seed),
+// computed while copying from a view.
+caf::error read_part_hashed(const storage_ref& ref, int fd,
+                            const item_view& view, std::size_t pos,
+                            std::uint8_t* out, std::size_t n,
+                            std::uint64_t seed, std::uint64_t& digest);
 bool recycle_shm(const storage_ref& ref);
 caf::expected<storage_ref> store_shm(const storage_options& opts,
                                      const std::vector<byte_span>& parts,

@@ -72,7 +72,11 @@ std::string shm_path(const std::string& name) {
   return "/dev/shm" + name;
 }
 
-// Takes a pooled segment (the closest in size) and renames it to `name`.
+// Takes a pooled segment (the closest in size) and renames it to `name`:
+// a stored item's name says which node stored it, and a free segment's that
+// it is pooled. (Reusing it under its pool name would save the rename, ~4 us
+// on tmpfs, 6 % of a 1 MB store+load, but leave items that no name ties to
+// their node.)
 seg_ptr reuse_shm(const std::string& name, std::size_t total) {
   auto& pool = the_shm_pool();
   seg_ptr seg;
@@ -101,8 +105,8 @@ seg_ptr reuse_shm(const std::string& name, std::size_t total) {
 
 // Writes `parts` into a reused segment through its writable view: a plain
 // memcpy into pages tmpfs already holds, mapped once (pwrite would look up
-// and lock every 4 KiB page, 3-4x the copy), each block hashed just
-// before it is copied.
+// and lock every 4 KiB page, 3-4x the copy), hashed in the same pass
+// (copy_hash).
 caf::error write_view(shm_seg& seg, const std::vector<byte_span>& parts,
                       std::size_t total, std::uint64_t& checksum) {
   if (seg.size != total) {
@@ -125,13 +129,12 @@ caf::error write_view(shm_seg& seg, const std::vector<byte_span>& parts,
   std::uint64_t h = 0;
   std::size_t pos = 0;
   for (auto& [p, n] : parts) {
-    checksum64_stream sum{h};
-    // A SIGBUS here means someone truncated the segment under the view.
-    if (!copy_guarded(seg.view + pos, p, n, &sum, false))
+    // Each part seeds the next one's hash (checksum_of's chain). A SIGBUS
+    // here means someone truncated the segment under the view.
+    if (!copy_hash_guarded(seg.view + pos, p, n, h, h))
       return make_error(errc::storage_failed,
                         seg.name + " was truncated while written");
     pos += n;
-    h = sum.digest();
   }
   checksum = h;
   return caf::none;

@@ -1,6 +1,8 @@
 // Copies through shared mappings of shared-memory segments: a SIGBUS guard
 // (a segment truncated under a mapping raises SIGBUS on the next access)
 // and the reader's cache of read-only views.
+#include "storage/copy_hash.hpp"
+
 #include "storage_impl.hpp"
 
 #include <csetjmp>
@@ -53,6 +55,23 @@ void install_bus_guard() {
   (void)installed;
 }
 
+// Runs `copy` with SIGBUS from a truncated mapping turned into false.
+template <class Copy>
+bool guarded(Copy copy) {
+  install_bus_guard();
+  sigjmp_buf env;
+  if (sigsetjmp(env, 0) != 0) {
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    return false;
+  }
+  bus_jump = &env;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  copy();
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  bus_jump = nullptr;
+  return true;
+}
+
 // One read-only view of a segment, unmapped when its last user is done.
 struct view {
   dev_t dev = 0;
@@ -85,29 +104,40 @@ view_cache& the_views() {
   return *cache;
 }
 
+// A view the segment was truncated under: dropped, so a later load maps
+// what is there.
+caf::error drop_truncated(const storage_ref& ref, const item_view& view) {
+  auto& cache = the_views();
+  std::lock_guard<std::mutex> guard{cache.mtx};
+  auto& vs = cache.views;
+  vs.erase(std::remove_if(vs.begin(), vs.end(),
+                          [&](const auto& v) {
+                            return v == view.handle;
+                          }),
+           vs.end());
+  return bad(ref, "truncated while reading");
+}
+
 } // namespace
 
 bool copy_guarded(std::uint8_t* dst, const std::uint8_t* src, std::size_t n,
-                  checksum64_stream* sum, bool sum_dst) {
-  install_bus_guard();
-  sigjmp_buf env;
-  if (sigsetjmp(env, 0) != 0) {
-    std::atomic_signal_fence(std::memory_order_seq_cst);
-    return false;
-  }
-  bus_jump = &env;
-  std::atomic_signal_fence(std::memory_order_seq_cst);
-  for (std::size_t i = 0; i < n; i += copy_block) {
-    auto k = std::min(copy_block, n - i);
-    if (sum != nullptr && !sum_dst)
-      sum->update(src + i, k);
-    std::memcpy(dst + i, src + i, k);
-    if (sum != nullptr && sum_dst)
-      sum->update(dst + i, k);
-  }
-  std::atomic_signal_fence(std::memory_order_seq_cst);
-  bus_jump = nullptr;
-  return true;
+                  checksum64_stream* sum) {
+  return guarded([&] {
+    for (std::size_t i = 0; i < n; i += copy_block) {
+      auto k = std::min(copy_block, n - i);
+      std::memcpy(dst + i, src + i, k);
+      if (sum != nullptr)
+        sum->update(dst + i, k);
+    }
+  });
+}
+
+bool copy_hash_guarded(std::uint8_t* dst, const std::uint8_t* src,
+                       std::size_t n, std::uint64_t seed,
+                       std::uint64_t& digest) {
+  return guarded([&] {
+    digest = copy_hash(dst, src, n, seed);
+  });
 }
 
 item_view map_view(int fd, const struct stat& st) {
@@ -161,18 +191,24 @@ caf::error read_part(const storage_ref& ref, int fd, const item_view& view,
                      checksum64_stream* sum) {
   if (view.addr == nullptr)
     return read_at(ref, fd, pos, out, n, sum);
-  if (copy_guarded(out, view.addr + pos, n, sum, true))
+  if (copy_guarded(out, view.addr + pos, n, sum))
     return caf::none;
-  // Truncated under the view: drop it (a later load maps what is there).
-  auto& cache = the_views();
-  std::lock_guard<std::mutex> guard{cache.mtx};
-  auto& vs = cache.views;
-  vs.erase(std::remove_if(vs.begin(), vs.end(),
-                          [&](const auto& v) {
-                            return v == view.handle;
-                          }),
-           vs.end());
-  return bad(ref, "truncated while reading");
+  return drop_truncated(ref, view);
+}
+
+caf::error read_part_hashed(const storage_ref& ref, int fd,
+                            const item_view& view, std::size_t pos,
+                            std::uint8_t* out, std::size_t n,
+                            std::uint64_t seed, std::uint64_t& digest) {
+  if (view.addr == nullptr) {
+    checksum64_stream sum{seed};
+    auto err = read_at(ref, fd, pos, out, n, &sum);
+    digest = sum.digest();
+    return err;
+  }
+  if (copy_hash_guarded(out, view.addr + pos, n, seed, digest))
+    return caf::none;
+  return drop_truncated(ref, view);
 }
 
 } // namespace dice::storage_detail
