@@ -43,7 +43,8 @@ std::int64_t model_bytes(torch::nn::Module& m);
 
 struct command {
   // 0 all-reduce, 1 tcp exchange, 2 stop, 3 DQN step through the group,
-  // 4 DQN step through the raw TCP exchange
+  // 4 DQN step through the raw TCP exchange, 5 DQN step alone (both ranks
+  // at once, unsynchronized)
   std::int32_t kind;
   std::int32_t mode;
   std::int64_t bytes;

@@ -14,6 +14,7 @@
 //                                 exchange at L = 2)
 //   BM_dqn_step_group/mode:M      a DQN step on both ranks, all-reduce between
 //   BM_dqn_step_tcp               the same, averaged through the raw-TCP link
+//   BM_dqn_step_both              the step alone on both ranks at once
 //   BM_tcp_exchange/bytes:B       the raw-TCP baseline
 //   BM_local_step/bytes:B         forward+backward+Adam of that model, alone
 // Models: B = 6824968 (1.7M floats, four Linear layers) and B = 18440 (the
@@ -159,6 +160,25 @@ void BM_dqn_step_tcp(benchmark::State& st) {
   timer.report(st);
 }
 
+// The step alone on both ranks at once, neither waiting for the other: what
+// two processes stepping side by side cost each other on this machine
+// (caches, memory, the hypervisor), without any exchange or wait.
+void BM_dqn_step_both(benchmark::State& st) {
+  iteration_timer timer;
+  start_peer(st, 5, 0, dqn_bytes);
+  for (auto _ : st) {
+    timer.start();
+    if (!dqn_step(**state->step_net, *state->step_opt, state->step_x,
+                  nullptr)) {
+      st.SkipWithError("the step failed");
+      break;
+    }
+    timer.stop();
+  }
+  finish_peer(st);
+  timer.report(st);
+}
+
 // A learner's own work per step on that model, for the scaling estimate:
 // forward and backward of a batch of 64, then Adam.
 void BM_local_step(benchmark::State& st) {
@@ -198,6 +218,7 @@ BENCHMARK(BM_dqn_step_group)
   ->UseRealTime()
   ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_dqn_step_tcp)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_dqn_step_both)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_local_step)
   ->ArgNames({"bytes"})
   ->Arg(big_bytes)

@@ -119,6 +119,12 @@ bool run(rank_state& s, const command& c) {
         return false;
     return true;
   }
+  if (c.kind == 5) { // the step alone, while rank 0 steps too
+    for (std::int64_t i = 0; i < c.iterations; ++i)
+      if (!dqn_step(**s.step_net, *s.step_opt, s.step_x, nullptr))
+        return false;
+    return true;
+  }
   if (c.kind == 3) {
     auto& g = s.groups[static_cast<std::size_t>(c.mode)];
     for (std::int64_t i = 0; i < c.iterations; ++i)
