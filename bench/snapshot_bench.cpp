@@ -193,6 +193,15 @@ long rss_kb() {
 void BM_fanout(benchmark::State& state) {
   caf::actor_system_config cfg;
   dice::add_message_types(cfg);
+  // CAF's workers as every RL node runs them (dice::rl::run_config): an idle
+  // worker waits on its condition variable, which a message wakes, instead
+  // of polling 500 times 50 us apart. With the polling, a round (~110 us)
+  // was mostly those sleeps, which hid what each receiver costs; without,
+  // a round is ~40 us. DICE_BENCH_IDLE_POLL=1 keeps CAF's defaults.
+  if (std::getenv("DICE_BENCH_IDLE_POLL") == nullptr) {
+    cfg.set("work-stealing.aggressive-poll-attempts", 0);
+    cfg.set("work-stealing.moderate-poll-attempts", 0);
+  }
   caf::actor_system sys{cfg};
   auto n = state.range(0);
   dice::router_config bc;
