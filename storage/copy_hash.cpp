@@ -173,6 +173,7 @@ std::uint64_t copy_hash(std::uint8_t* dst, const std::uint8_t* src,
   if (n > mid_size_max && has_avx2()) {
     // The seeded secret and initial accumulators, as libxxhash makes them.
     XXH3_state_t state;
+    std::memset(&state, 0, sizeof(state)); // no field left unset
     XXH3_INITSTATE(&state);
     XXH3_64bits_reset_withSeed(&state, seed);
     auto secret = state.extSecret != nullptr ? state.extSecret
