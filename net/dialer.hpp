@@ -44,10 +44,12 @@ caf::expected<unique_fd> dial_channel(const std::string& secret,
 /// CAF's middleman actor does, with `(node_id, strong_actor_ptr,
 /// std::set<std::string>)` or an error, but connects raw, runs dice's
 /// preamble (net/preamble.hpp) and only then hands the socket to BASP.
-/// Each attempt runs in its own detached worker, bounded by
-/// `connect_timeout`, so a slow or silent peer blocks neither the asking
-/// actor nor other attempts. Failures of the secret or the version are
-/// logged as errors and counted (`trust_event::auth_refused`).
+/// Each attempt runs in a worker of its own (a detached actor, kept for the
+/// next attempt once done), bounded by `connect_timeout`, so a slow or
+/// silent peer blocks neither the asking actor nor other attempts. To a
+/// numeric address the dialer itself starts the connection and sends the
+/// hello, while the worker's thread wakes up. Failures of the secret or the
+/// version are logged as errors and counted (`trust_event::auth_refused`).
 caf::actor spawn_dialer(caf::actor_system& sys, dialer_config cfg);
 
 } // namespace dice::net

@@ -198,6 +198,11 @@ std::size_t listener::victim(const std::deque<pending_conn>& conns) {
 void listener::run() {
   // Named for top -H and for the fairness test's CPU figure.
   ::pthread_setname_np(::pthread_self(), "dice-listener");
+  // This thread's random generator seeds itself on first use, and the
+  // process's first HMAC loads OpenSSL's provider (about 1 ms): both now,
+  // not while the first dialer waits for our hello.
+  random_nonce(preamble_nonce_size);
+  hmac_sha256(cfg_.secret.empty() ? std::string{"dice"} : cfg_.secret, "warm");
   std::deque<pending_conn> conns; // oldest first
   // Erasing a connection closes its socket (unless it was handed over).
   auto close_conn = [&](std::size_t i) {

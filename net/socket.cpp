@@ -220,6 +220,58 @@ caf::expected<unique_fd> connect_tcp(const std::string& host,
                     "cannot connect to " + where + ": " + why);
 }
 
+std::optional<unique_fd> start_connect(const std::string& host,
+                                       std::uint16_t port) {
+  sockaddr_storage ss{};
+  socklen_t len = 0;
+  auto& a4 = reinterpret_cast<sockaddr_in&>(ss);
+  auto& a6 = reinterpret_cast<sockaddr_in6&>(ss);
+  if (::inet_pton(AF_INET, host.c_str(), &a4.sin_addr) == 1) {
+    a4.sin_family = AF_INET;
+    a4.sin_port = htons(port);
+    len = sizeof(a4);
+  } else if (::inet_pton(AF_INET6, host.c_str(), &a6.sin6_addr) == 1) {
+    a6.sin6_family = AF_INET6;
+    a6.sin6_port = htons(port);
+    len = sizeof(a6);
+  } else {
+    return std::nullopt;
+  }
+  unique_fd fd{
+    ::socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0)};
+  if (!fd)
+    return std::nullopt;
+  int one = 1;
+  ::setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&ss), len) != 0
+      && errno != EINPROGRESS)
+    return std::nullopt;
+  return fd;
+}
+
+bool connected_now(int fd) {
+  pollfd p{fd, POLLOUT, 0};
+  if (::poll(&p, 1, 0) != 1 || (p.revents & (POLLERR | POLLHUP)) != 0)
+    return false;
+  int err = 0;
+  socklen_t len = sizeof(err);
+  return ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0;
+}
+
+caf::error finish_connect(int fd, const std::string& where,
+                          deadline_clock::time_point deadline) {
+  if (!wait_for(fd, POLLOUT, deadline))
+    return make_error(errc::timeout, "connecting to " + where + " timed out");
+  int err = 0;
+  socklen_t len = sizeof(err);
+  if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
+    err = errno;
+  if (err == 0)
+    return caf::none;
+  return make_error(errc::unreachable,
+                    "cannot connect to " + where + ": " + std::strerror(err));
+}
+
 caf::error send_all(int fd, const std::string& bytes,
                     deadline_clock::time_point deadline) {
   std::string rest = bytes;

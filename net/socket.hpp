@@ -58,6 +58,22 @@ caf::expected<unique_fd> connect_tcp(const std::string& host,
                                      std::uint16_t port,
                                      deadline_clock::time_point deadline);
 
+/// Starts connecting to `host`:`port` without blocking, if `host` is a
+/// numeric IPv4 or IPv6 address (nothing to resolve, so nothing that can
+/// block); nullopt for a name, or if the connection failed at once (the
+/// caller then uses connect_tcp, which says why). TCP_NODELAY is set. The
+/// socket may still be connecting: finish_connect waits for it.
+std::optional<unique_fd> start_connect(const std::string& host,
+                                       std::uint16_t port);
+
+/// True if `fd`, from start_connect, is connected now (without waiting).
+bool connected_now(int fd);
+
+/// Waits until `fd`, from start_connect, is connected, before `deadline`;
+/// `where` names the peer in the error.
+caf::error finish_connect(int fd, const std::string& where,
+                          deadline_clock::time_point deadline);
+
 /// Sends all of `bytes` before `deadline`.
 caf::error send_all(int fd, const std::string& bytes,
                     deadline_clock::time_point deadline);
