@@ -44,7 +44,8 @@ std::int64_t model_bytes(torch::nn::Module& m);
 struct command {
   // 0 all-reduce, 1 tcp exchange, 2 stop, 3 DQN step through the group,
   // 4 DQN step through the raw TCP exchange, 5 DQN step alone (both ranks
-  // at once, unsynchronized)
+  // at once, unsynchronized), 6 DQN step alone then a 4-byte raw-TCP
+  // barrier (both ranks in phase, nothing reduced)
   std::int32_t kind;
   std::int32_t mode;
   std::int64_t bytes;

@@ -15,6 +15,7 @@
 //   BM_dqn_step_group/mode:M      a DQN step on both ranks, all-reduce between
 //   BM_dqn_step_tcp               the same, averaged through the raw-TCP link
 //   BM_dqn_step_both              the step alone on both ranks at once
+//   BM_dqn_step_barrier           the same, in phase (a 4-byte barrier)
 //   BM_tcp_exchange/bytes:B       the raw-TCP baseline
 //   BM_local_step/bytes:B         forward+backward+Adam of that model, alone
 // Models: B = 6824968 (1.7M floats, four Linear layers) and B = 18440 (the
@@ -190,6 +191,32 @@ void BM_dqn_step_both(benchmark::State& st) {
   timer.report(st);
 }
 
+// The step alone on both ranks, kept in phase by a 4-byte raw-TCP barrier
+// after each (timed apart: barrier_p50_us): whether stepping in phase
+// alone slows the step's parts, with no all-reduce at all.
+void BM_dqn_step_barrier(benchmark::State& st) {
+  iteration_timer timer, barrier;
+  start_peer(st, 6, 0, dqn_bytes);
+  for (auto _ : st) {
+    timer.start();
+    if (!dqn_step(**state->step_net, *state->step_opt, state->step_x,
+                  nullptr)) {
+      st.SkipWithError("the step failed");
+      break;
+    }
+    barrier.start();
+    if (!state->link->exchange(state->out.data(), state->in.data(), 4)) {
+      st.SkipWithError("the barrier failed");
+      break;
+    }
+    barrier.stop();
+    timer.stop();
+  }
+  finish_peer(st);
+  timer.report(st);
+  barrier.report(st, "barrier_");
+}
+
 // A learner's own work per step on that model, for the scaling estimate:
 // forward and backward of a batch of 64, then Adam.
 void BM_local_step(benchmark::State& st) {
@@ -230,6 +257,7 @@ BENCHMARK(BM_dqn_step_group)
   ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_dqn_step_tcp)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_dqn_step_both)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_dqn_step_barrier)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_local_step)
   ->ArgNames({"bytes"})
   ->Arg(big_bytes)

@@ -119,6 +119,13 @@ bool run(rank_state& s, const command& c) {
         return false;
     return true;
   }
+  if (c.kind == 6) { // the step alone, then a 4-byte raw-TCP barrier
+    for (std::int64_t i = 0; i < c.iterations; ++i)
+      if (!dqn_step(**s.step_net, *s.step_opt, s.step_x, nullptr)
+          || !s.link->exchange(s.out.data(), s.in.data(), 4))
+        return false;
+    return true;
+  }
   if (c.kind == 5) { // the step alone, while rank 0 steps too
     for (std::int64_t i = 0; i < c.iterations; ++i)
       if (!dqn_step(**s.step_net, *s.step_opt, s.step_x, nullptr))
