@@ -80,6 +80,8 @@ data_plane::data_plane(caf::actor_system& sys, data_plane_config cfg)
     }
   }
   ready_ = std::make_shared<data_ready_table>();
+  releases_ = std::make_shared<release_sink>();
+  releases_->plane = this;
   inbox_ = spawn_data_inbox(sys, cfg_.node, cfg_.io_timeout, ready_);
   same_host_ = cfg_.same_host;
   probe_ = make_probe();
@@ -252,7 +254,19 @@ void data_plane::drop_peer(std::uint32_t peer) {
   caf::anon_send(inbox_, data_drop_atom::value, peer);
 }
 
+void data_plane::release_sink::post(std::uint32_t peer, std::uint64_t id) {
+  std::lock_guard<std::mutex> guard{mtx};
+  if (plane != nullptr)
+    plane->queue_control(peer, job_release, id);
+}
+
 void data_plane::stop() {
+  {
+    // Before the plane's own lock: a release posts under this one, then
+    // takes the plane's.
+    std::lock_guard<std::mutex> guard{releases_->mtx};
+    releases_->plane = nullptr;
+  }
   std::vector<std::thread> threads;
   {
     std::lock_guard<std::mutex> guard{mtx_};

@@ -316,6 +316,13 @@ class data_plane {
   struct session;
   struct out_link;
   struct in_link;
+  // Where the last handle of same-host bytes sends their release: this
+  // plane until it stops, then nowhere (bytes may outlive the plane).
+  struct release_sink {
+    void post(std::uint32_t peer, std::uint64_t id);
+    std::mutex mtx;
+    data_plane* plane = nullptr;
+  };
 
   data_plane(caf::actor_system& sys, data_plane_config cfg);
 
@@ -339,6 +346,7 @@ class data_plane {
   std::shared_ptr<data_tls> tls_;
   caf::actor inbox_;
   std::shared_ptr<data_ready_table> ready_;
+  std::shared_ptr<release_sink> releases_;
   mutable std::mutex mtx_;
   mutable std::condition_variable changed_;
   bool stopping_ = false;

@@ -101,10 +101,16 @@ void data_plane::run_reader(std::shared_ptr<in_link> link, unique_fd fd) {
         why = "closed";
         break;
       }
-      auto buf = views.read(peer_pid, static_cast<int>(r->fd), r->tag, r->size);
-      // Read (or not): the sender may close its segment either way.
-      queue_control(link->peer, job_release, r->id);
+      // No copy: the bytes are the mapping, released to the sender when
+      // their last handle is gone (wherever that is; `releases` outlives
+      // this plane's stop, after which releases go nowhere).
+      auto buf = views.share(peer_pid, static_cast<int>(r->fd), r->tag, r->size,
+                             [sink = releases_, peer = link->peer, id = r->id] {
+                               sink->post(peer, id);
+                             });
       if (!buf) {
+        // Not shared: the sender may close its segment at once.
+        queue_control(link->peer, job_release, r->id);
         link->budget->release(r->size);
         torn("same-host transfer " + std::to_string(r->id) + ": "
              + render(buf.error()));
@@ -114,7 +120,7 @@ void data_plane::run_reader(std::shared_ptr<in_link> link, unique_fd fd) {
       ++c.transfers_received;
       ++c.shm_received;
       caf::anon_send(inbox_, data_ready_atom::value, link->peer, link->link_gen,
-                     r->id, std::uint32_t{0}, shared_bytes{std::move(*buf)});
+                     r->id, std::uint32_t{0}, std::move(*buf));
       continue;
     }
     auto h = decode_header(hdr, data_header_size);

@@ -23,9 +23,10 @@ namespace {
 
 constexpr std::size_t header_bytes = 4096;
 constexpr char magic[8] = {'D', 'I', 'C', 'E', 'S', 'H', 'M', '2'};
-// Snapshot segments are rewritten in place when recycled, so they are
-// sealed against resizing only (a reader's pread then never comes up
-// short); the tag protocol (data_shm.hpp) replaces F_SEAL_WRITE.
+// Snapshot segments are rewritten in place when recycled (only after every
+// peer released them), so they are sealed against resizing only (a
+// reader's view then never reaches past the end); the tag protocol
+// (data_shm.hpp) and the release replace F_SEAL_WRITE.
 constexpr int segment_seals = F_SEAL_SEAL | F_SEAL_SHRINK | F_SEAL_GROW;
 // The probe is never rewritten.
 constexpr int probe_seals = F_SEAL_SEAL | F_SEAL_SHRINK | F_SEAL_GROW
@@ -176,28 +177,29 @@ std::shared_ptr<shm_segment> make_segment(const std::uint8_t* data,
   return std::shared_ptr<shm_segment>{seg.release(), recycle};
 }
 
-shm_views::~shm_views() {
-  for (auto& v : views_)
-    ::munmap(const_cast<std::uint8_t*>(v.addr), v.len);
+shm_mapping::~shm_mapping() {
+  if (addr != nullptr)
+    ::munmap(const_cast<std::uint8_t*>(addr), len);
 }
 
-const std::uint8_t* shm_views::known(int fd, std::uint64_t tag,
-                                     std::size_t len) const {
+std::shared_ptr<const shm_mapping> shm_views::known(int fd, std::uint64_t tag,
+                                                    std::size_t len) const {
   for (auto& v : views_)
-    if (v.fd == fd && v.len == len && load_tag(v.addr) == tag)
-      return v.addr;
+    if (v.fd == fd && v.map->len == len && load_tag(v.map->addr) == tag)
+      return v.map;
   return nullptr;
 }
 
-caf::expected<const std::uint8_t*> shm_views::find(pid_t pid, int fd,
-                                                   std::uint64_t size) {
+caf::expected<std::shared_ptr<const shm_mapping>>
+shm_views::find(pid_t pid, int fd, std::uint64_t size) {
   // Closed on every return: a view keeps the memfd alive by itself.
   auto in = open_peer_fd(pid, fd);
   if (!in)
     return make_error(errc::storage_missing,
                       std::string{"cannot open the peer's segment: "}
                         + std::strerror(errno));
-  auto fail = [](const char* why) -> caf::expected<const std::uint8_t*> {
+  auto fail =
+    [](const char* why) -> caf::expected<std::shared_ptr<const shm_mapping>> {
     return make_error(errc::malformed_input, why);
   };
   struct stat st;
@@ -205,9 +207,9 @@ caf::expected<const std::uint8_t*> shm_views::find(pid_t pid, int fd,
     return fail("cannot stat the peer's segment");
   auto len = header_bytes + static_cast<std::size_t>(size);
   for (auto& v : views_)
-    if (v.dev == st.st_dev && v.ino == st.st_ino && v.len == len) {
+    if (v.dev == st.st_dev && v.ino == st.st_ino && v.map->len == len) {
       v.fd = fd;
-      return v.addr; // the same file as before: its view is still right
+      return v.map; // the same file as before: its view is still right
     }
   // Sealed against resizing: the view never reaches past the end of the
   // file (no SIGBUS), whatever the peer does later.
@@ -220,59 +222,76 @@ caf::expected<const std::uint8_t*> shm_views::find(pid_t pid, int fd,
   if (addr == MAP_FAILED)
     return fail("cannot map the peer's segment");
   in.reset(); // the view keeps the memfd alive
-  if (views_.size() > max_pooled_segments) {
-    ::munmap(const_cast<std::uint8_t*>(views_.front().addr),
-             views_.front().len);
+  auto map = std::make_shared<shm_mapping>();
+  map->addr = static_cast<const std::uint8_t*>(addr);
+  map->len = len;
+  // Bytes handed out of a dropped view keep its mapping.
+  if (views_.size() > max_pooled_segments)
     views_.erase(views_.begin());
-  }
-  views_.push_back(view{st.st_dev, st.st_ino,
-                        static_cast<const std::uint8_t*>(addr), len, fd});
-  return views_.back().addr;
+  views_.push_back(view{st.st_dev, st.st_ino, map, fd});
+  return views_.back().map;
 }
 
-caf::expected<writable_bytes>
-shm_views::read(pid_t pid, int fd, std::uint64_t tag, std::uint64_t size) {
+namespace {
+
+// What the bytes handed out of a mapping hold: the mapping, and the
+// release the sender waits for before it rewrites the segment.
+struct shared_view {
+  shared_view(std::shared_ptr<const shm_mapping> m, std::function<void()> r)
+    : map(std::move(m)), released(std::move(r)) {
+    // nop
+  }
+  shared_view(const shared_view&) = delete;
+  shared_view& operator=(const shared_view&) = delete;
+  ~shared_view() {
+    released();
+  }
+  std::shared_ptr<const shm_mapping> map;
+  std::function<void()> released;
+};
+
+} // namespace
+
+caf::expected<shared_bytes> shm_views::share(pid_t pid, int fd,
+                                             std::uint64_t tag,
+                                             std::uint64_t size,
+                                             std::function<void()> released) {
   // A segment the sender recycles comes back under its fd number with a
   // new tag: a view of it that already holds this tag is that very
   // segment, checked when it was mapped (sealed, its size), so the
   // reference needs no open, fstat and seal check through /proc. A tag
   // seen nowhere (a new segment, or an fd number reused for another file)
-  // takes the full path. Either way the bytes are delivered only if the tag
-  // is unchanged after the copy.
+  // takes the full path.
   auto len = header_bytes + static_cast<std::size_t>(size);
-  auto p = tag == 0 ? nullptr : known(fd, tag, len);
-  if (p == nullptr) {
-    auto base = find(pid, fd, size);
-    if (!base)
-      return std::move(base.error());
-    p = *base;
+  auto map = tag == 0 ? nullptr : known(fd, tag, len);
+  if (map == nullptr) {
+    auto found = find(pid, fd, size);
+    if (!found)
+      return std::move(found.error());
+    map = std::move(*found);
   }
+  auto p = map->addr;
   std::uint64_t got_size = 0;
   std::memcpy(&got_size, p + 16, 8);
   if (std::memcmp(p, magic, 8) != 0 || got_size != size)
     return make_error(errc::malformed_input,
                       "the peer's segment has a wrong size or header");
+  // The sender writes the tag last (after a fence), so this tag means the
+  // bytes under it are whole; it rewrites them only after the release.
   if (tag == 0 || load_tag(p) != tag)
     return make_error(errc::malformed_input,
                       "the peer's segment is another one");
-  // A copy out of the view: the sender rewrites its segments once every
-  // peer released them, so the bytes cannot be handed out in place.
-  writable_bytes buf;
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  std::shared_ptr<const shared_view> holder;
   try {
-    buf = writable_bytes{static_cast<std::size_t>(size)};
+    holder = std::make_shared<const shared_view>(std::move(map),
+                                                 std::move(released));
   } catch (const std::bad_alloc&) {
-    return make_error(errc::malformed_input, "cannot allocate the destination");
+    return make_error(errc::malformed_input, "cannot allocate the handle");
   }
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (size > 0)
-    std::memcpy(buf.data(), p + header_bytes, static_cast<std::size_t>(size));
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  // Unchanged tag: no rewrite began before the copy ended (a rewrite zeroes
-  // the tag before it touches a byte).
-  if (load_tag(p) != tag)
-    return make_error(errc::malformed_input,
-                      "the peer rewrote its segment during the copy");
-  return buf;
+  return shared_bytes{std::shared_ptr<const std::uint8_t>{holder,
+                                                          p + header_bytes},
+                      static_cast<std::size_t>(size)};
 }
 
 void drop_held(std::map<std::uint64_t, std::shared_ptr<shm_segment>>& held) {

@@ -2,7 +2,9 @@
 
 // Internal to the data plane: the same-host shortcut. A snapshot for peers
 // on this host is written once into a memfd (recycled from a small pool);
-// a peer copies it out through /proc/PID/fd/N. Nothing is ever named in
+// a peer maps it read-only through /proc/PID/fd/N and hands the mapping on
+// as the snapshot's bytes, releasing the segment when the last handle of
+// them is gone. Nothing is ever named in
 // /dev/shm, so a process killed with -9 cannot leak a segment: the kernel
 // frees it with the last fd.
 
@@ -15,6 +17,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -28,9 +31,11 @@ namespace dice::net {
 /// item holds it, it goes back to a small process-wide pool, and the next
 /// snapshot of the same size is copied into its pages through a mapping the
 /// segment keeps (no page allocation, no per-page lookup, no freeing). A
-/// rewrite first zeroes the tag, then writes the bytes, then a new tag;
-/// readers check the tag before and after their copy, so a reader that
-/// raced a rewrite drops the transfer instead of delivering torn bytes.
+/// segment is rewritten only once every peer released it, i.e. dropped the
+/// last handle of the bytes it shared out of its mapping. A rewrite first
+/// zeroes the tag, then writes the bytes, then a new tag; a reader checks
+/// the tag before it shares the bytes, so a reference to a segment being
+/// rewritten (a stale or forged one) delivers nothing.
 struct shm_segment {
   /// The memfd (closed with the segment, or kept in the pool).
   unique_fd fd;
@@ -53,36 +58,48 @@ struct shm_segment {
 std::shared_ptr<shm_segment> make_segment(const std::uint8_t* data,
                                           std::size_t n);
 
+/// A read-only mapping of a peer's segment (unmapped with its last handle:
+/// the views that find it again, and the bytes handed out of it).
+struct shm_mapping {
+  /// The mapping's first byte (the segment's header).
+  const std::uint8_t* addr = nullptr;
+  /// Its length (header and bytes).
+  std::size_t len = 0;
+
+  ~shm_mapping();
+};
+
 /// A receiver's read-only views of one peer's segments, kept while the
 /// peer recycles them (at most `max_pooled_segments` + 1, the oldest
-/// unmapped first; all of them with this object, i.e. with the link).
+/// dropped first; each mapping lives on while bytes handed out of it do).
 class shm_views {
  public:
   shm_views() = default;
   shm_views(const shm_views&) = delete;
   shm_views& operator=(const shm_views&) = delete;
-  ~shm_views();
 
-  /// Copies a segment of process `pid` out; fails unless it is sealed
-  /// against resizing, its header matches `tag` and `size`, and the tag is
-  /// unchanged after the copy (the sender did not start rewriting it
-  /// meanwhile).
-  caf::expected<writable_bytes> read(pid_t pid, int fd, std::uint64_t tag,
-                                     std::uint64_t size);
+  /// The bytes of a segment of process `pid`, shared out of its mapping (no
+  /// copy); fails unless it is sealed against resizing and its header
+  /// matches `tag` and `size`. The sender rewrites a segment only after its
+  /// release, so the bytes stay as they are while any handle of them lives;
+  /// `released` runs when the last one is gone (not on failure).
+  caf::expected<shared_bytes> share(pid_t pid, int fd, std::uint64_t tag,
+                                    std::uint64_t size,
+                                    std::function<void()> released);
 
  private:
   struct view {
     dev_t dev;
     ino_t ino;
-    const std::uint8_t* addr;
-    std::size_t len;
+    std::shared_ptr<const shm_mapping> map;
     // The sender's fd number it was last found under.
     int fd;
   };
   // A view last found under `fd` whose header holds `tag` now, or null.
-  const std::uint8_t* known(int fd, std::uint64_t tag, std::size_t len) const;
-  caf::expected<const std::uint8_t*> find(pid_t pid, int fd,
-                                          std::uint64_t size);
+  std::shared_ptr<const shm_mapping> known(int fd, std::uint64_t tag,
+                                           std::size_t len) const;
+  caf::expected<std::shared_ptr<const shm_mapping>> find(pid_t pid, int fd,
+                                                         std::uint64_t size);
   std::vector<view> views_; // oldest first
 };
 

@@ -46,13 +46,14 @@ shared_bytes bytes_of(std::size_t n, std::uint8_t seed) {
 
 class DataReady : public ::testing::Test {
  protected:
-  // Node 2 dials node 1; claims wait at most `io_timeout`.
-  void start(caf::timespan io_timeout) {
+  // Node 2 dials node 1; claims wait at most `io_timeout`; `same_host`:
+  // snapshots go through memfd segments.
+  void start(caf::timespan io_timeout, bool same_host = false) {
     net::data_plane_config c1;
     c1.node = 1;
     c1.secret = secret_1;
     c1.io_timeout = io_timeout;
-    c1.same_host = false;
+    c1.same_host = same_host;
     acceptor = data_plane::make(sys, c1);
     auto c2 = c1;
     c2.node = 2;
@@ -64,6 +65,8 @@ class DataReady : public ::testing::Test {
     auto theirs = acceptor->accept_session(2, mine->pub());
     dialer->dial(1, "127.0.0.1", listener->port(), mine, theirs);
     ASSERT_TRUE(dialer->wait_sendable(1, 5s));
+    if (same_host)
+      ASSERT_TRUE(dialer->wait_same_host(1, 5s));
   }
 
   void TearDown() override {
@@ -73,6 +76,15 @@ class DataReady : public ::testing::Test {
       dialer->stop();
     if (acceptor)
       acceptor->stop();
+  }
+
+  // The bytes of transfer `id`, once they are there.
+  std::optional<shared_bytes> ready(std::uint64_t id) {
+    std::optional<shared_bytes> got;
+    for (auto deadline = clock_type::now() + 5s;
+         !got && clock_type::now() < deadline; std::this_thread::sleep_for(1ms))
+      got = acceptor->take_ready(2, id);
+    return got;
   }
 
   // The claim the router makes for bytes that are not there yet.
@@ -106,10 +118,7 @@ TEST_F(DataReady, BytesThatArrivedAreTakenOnceWithoutAClaim) {
   ASSERT_TRUE(id);
   // Nothing is there before the bytes are (the router then claims).
   EXPECT_FALSE(acceptor->take_ready(2, *id + 1));
-  std::optional<shared_bytes> got;
-  for (auto deadline = clock_type::now() + 5s;
-       !got && clock_type::now() < deadline; std::this_thread::sleep_for(1ms))
-    got = acceptor->take_ready(2, *id);
+  auto got = ready(*id);
   ASSERT_TRUE(got) << "the bytes never became ready";
   ASSERT_EQ(got->size(), x.size());
   EXPECT_EQ(std::memcmp(got->data(), x.data(), x.size()), 0);
@@ -163,6 +172,44 @@ TEST_F(DataReady, ClaimsForBytesThatNeverComeTimeOutOnTheirOwnDeadlines) {
   EXPECT_TRUE(is(*err_third, errc::timeout)) << render(*err_third);
   EXPECT_GE(first_done - t0, 400ms);
   EXPECT_GE(second_done - t1, 400ms);
+}
+
+// Same host: the receiver's bytes are the sender's segment, mapped, not a
+// copy. The sender keeps the segment (and never rewrites it) while any
+// handle of those bytes lives, so a second snapshot of the same size goes
+// into another segment and the first one's bytes stay as they were; the
+// release goes back when the last handle is gone, and the segments are
+// pooled again. (Before, the receiver copied the bytes out and released
+// the segment on receipt.)
+TEST_F(DataReady, SameHostBytesAreTheSendersSegmentUntilTheirLastHandleIsGone) {
+  start(5s, true);
+  auto before = net::data_stats();
+  auto x = bytes_of(1 << 20, 1);
+  auto y = bytes_of(1 << 20, 2);
+  auto id_x = dialer->send(1, std::make_shared<net::data_item>(x));
+  ASSERT_TRUE(id_x);
+  auto got_x = ready(*id_x);
+  ASSERT_TRUE(got_x) << "the bytes never became ready";
+  EXPECT_TRUE(*got_x == x);
+  // Held: no release while the receiver has the bytes (a release would
+  // come back within milliseconds; it was queued before the delivery).
+  EXPECT_FALSE(dialer->wait_released(1, 300ms));
+  auto id_y = dialer->send(1, std::make_shared<net::data_item>(y));
+  ASSERT_TRUE(id_y);
+  auto got_y = ready(*id_y);
+  ASSERT_TRUE(got_y) << "the bytes never became ready";
+  EXPECT_TRUE(*got_y == y);
+  EXPECT_TRUE(*got_x == x) << "the first snapshot's bytes were rewritten";
+  EXPECT_EQ(net::data_stats().shm_reused, before.shm_reused);
+  got_x.reset();
+  got_y.reset();
+  EXPECT_TRUE(dialer->wait_released(1, 5s));
+  EXPECT_TRUE(net::wait_segments_closed(5s));
+  auto after = net::data_stats();
+  EXPECT_EQ(after.shm_received - before.shm_received, 2u);
+  EXPECT_EQ(after.bytes_sent, before.bytes_sent) << "body bytes on a socket";
+  EXPECT_EQ(after.segments_open, 0u);
+  EXPECT_EQ(after.segments_pooled, 2u);
 }
 
 } // namespace dice::test::data_ready

@@ -154,6 +154,14 @@ class shared_bytes {
     return *this;
   }
 
+  /// Shares `n` bytes at `data.get()`, which `data`'s owner keeps alive and
+  /// unchanged until its last handle is gone (e.g. a read-only mapping of
+  /// another process's segment, released to it then).
+  shared_bytes(std::shared_ptr<const std::uint8_t> data, std::size_t n) noexcept
+    : ptr_(std::move(data)), size_(n) {
+    // nop
+  }
+
   /// Freezes `bytes` (no copy); the writer gives up its handle.
   explicit shared_bytes(writable_bytes&& bytes) noexcept
     : ptr_(std::move(bytes.ptr_)), size_(bytes.size_) {
