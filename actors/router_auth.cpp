@@ -7,7 +7,28 @@
 
 #include "router_impl.hpp"
 
+#include <atomic>
+
+namespace dice {
+
+namespace {
+
+std::atomic<std::uint64_t> challenges_answered{0};
+std::atomic<std::uint64_t> hellos_on_preamble{0};
+
+} // namespace
+
+router_handshake_counters router_handshake_stats() noexcept {
+  return {challenges_answered.load(), hellos_on_preamble.load()};
+}
+
+} // namespace dice
+
 namespace dice::router_detail {
+
+void count_hello_on_preamble() noexcept {
+  ++hellos_on_preamble;
+}
 
 void drop(router_ptr self, trust_event ev, const caf::strong_actor_ptr& src,
           const std::string& what, const std::string& why) {
@@ -61,6 +82,7 @@ answer_challenge(router_ptr self, const caf::actor& from,
   if (st.challenges.size() >= 1024)
     st.challenges.erase(st.challenges.begin());
   st.challenges[from.address()] = {nonce_a, nonce_b};
+  ++challenges_answered;
   return {nonce_b, acceptor_proof(st.cfg.secret, nonce_a, nonce_b)};
 }
 

@@ -135,7 +135,11 @@ void on_connected(router_ptr self, std::size_t idx, caf::actor peer,
           + std::to_string(router_protocol_version) + log::sampled_note(n));
     return;
   }
-  if (st.cfg.secret.empty()) {
+  // No secret, or the node's dialer made this connection and checked the
+  // acceptor's proof of the secret in the preamble before BASP ran: the
+  // hello goes at once. The acceptor's router takes it without a proof only
+  // if its own node proved the secret on the connection too.
+  if (st.cfg.secret.empty() || (st.cfg.preamble_proven && st.cfg.dialer)) {
     send_hello(self, idx, peer, where, std::string{});
     return;
   }
@@ -200,6 +204,10 @@ void attach(router_ptr self, std::size_t idx) {
                    render(err));
         schedule_reconnect(self, idx);
       });
+  // The data plane's key pair for the hello, made while the dialer
+  // connects rather than after (its X25519 keygen was on the hello's path).
+  if (st.cfg.data && st.cfg.data->enabled() && !ep.offer)
+    ep.offer = net::data_offer::make();
 }
 
 namespace {
@@ -213,8 +221,12 @@ void send_hello(router_ptr self, std::size_t idx, caf::actor peer,
   sent.proof = std::move(proof);
   // The data plane's key exchange for this control session.
   std::shared_ptr<const net::data_offer> offer;
-  if (st.cfg.data && st.cfg.data->enabled())
-    offer = net::data_offer::make();
+  if (st.cfg.data && st.cfg.data->enabled()) {
+    // Made ahead in attach(); each is sent in one hello only.
+    offer = std::move(st.endpoints[idx].offer);
+    if (!offer)
+      offer = net::data_offer::make();
+  }
   if (offer)
     sent.data = offer->pub();
   st.handshakes[peer.address()] = router_handshake{idx, {}};
@@ -319,7 +331,16 @@ caf::result<peer_hello> accept_hello(router_ptr self, const caf::actor& from,
     log_refusal(self, "version", what);
     return make_error(errc::handshake_failed, what);
   }
-  if (!st.cfg.secret.empty()) {
+  auto challenged = st.challenges.count(from.address()) > 0;
+  if (!st.cfg.secret.empty() && st.cfg.preamble_proven && !challenged
+      && h.proof.empty()) {
+    // Every BASP connection of this node passed the preamble, whose dialer
+    // proved the secret to this node's listener (or to whom this node's
+    // dialer dialled, after that node proved it first), and the gate took
+    // this hello from a remote actor only: its sender, or the node that
+    // forwarded it, knows the secret. A proof would repeat that.
+    count_hello_on_preamble();
+  } else if (!st.cfg.secret.empty()) {
     auto i = st.challenges.find(from.address());
     auto ok = i != st.challenges.end()
       && same_mac(h.proof,

@@ -20,6 +20,10 @@
 #include <string>
 #include <vector>
 
+namespace dice::net {
+class data_offer;
+} // namespace dice::net
+
 namespace dice {
 
 /// A relay round this node started, until every receiver confirmed it.
@@ -104,6 +108,9 @@ struct router_endpoint {
   bool busy = false;
   /// Identifies the pending retry timer.
   std::uint64_t timer = 0;
+  /// The data plane's key pair for the next hello to this endpoint, made
+  /// while the dialer connects (each is sent once; null: none yet).
+  std::shared_ptr<const net::data_offer> offer;
 };
 
 /// A handshake this node started whose hello answer is in flight.
@@ -188,6 +195,11 @@ struct router_state {
   /// Name in CAF's logs.
   static inline const char* name = "dice.router";
 };
+
+namespace router_detail {
+/// Counts a hello taken on the preamble's proof (router_handshake_stats).
+void count_hello_on_preamble() noexcept;
+} // namespace router_detail
 
 /// Behaviour of a router.
 router_actor::behavior_type

@@ -43,6 +43,9 @@ caf::expected<node> node::start(caf::actor_system& sys, node_config cfg) {
   bc.peer_loss_timeout = c.peer_loss_timeout;
   bc.connect_timeout = c.connect_timeout;
   bc.secret = c.secret;
+  // The node's listener and dialer run the preamble on every connection
+  // before BASP reads it: with a secret, the router need not ask again.
+  bc.preamble_proven = !c.secret.empty();
   bc.tls = c.tls.any();
   if (bc.tls) {
     if (auto err = validate(c.tls))

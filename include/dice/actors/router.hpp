@@ -134,6 +134,14 @@ struct router_config {
   /// Cluster secret: peers must prove they know it before any data is
   /// exchanged (empty: no check).
   std::string secret;
+  /// Every connection to and from this node proved the secret in dice's
+  /// preamble before BASP read a byte (a `dice::node` with a secret: its
+  /// listener takes every connection, its `dialer` makes every one), so the
+  /// router's own challenge would prove it again: with a `dialer` the
+  /// router attaches with its hello at once, and it takes a hello without
+  /// the challenge's proof. False (CAF's own publish/connect, the
+  /// deterministic tests): the challenge comes first, as always.
+  bool preamble_proven = false;
   /// Connect through CAF's openssl module (TLS) instead of plain BASP; only
   /// without a `dialer` (with one, the dialer does TLS).
   bool tls = false;
@@ -191,6 +199,18 @@ struct router_counters {
 
 /// Current values of the coalescing counters.
 router_counters router_stats() noexcept;
+
+/// Process-wide handshake counters (router_auth.cpp).
+struct router_handshake_counters {
+  /// Secret challenges routers of this process answered.
+  std::uint64_t challenges_answered = 0;
+  /// Hellos taken without the challenge's proof, the preamble having
+  /// proved the secret on their connection (`preamble_proven`).
+  std::uint64_t hellos_on_preamble = 0;
+};
+
+/// Current values of the handshake counters.
+router_handshake_counters router_handshake_stats() noexcept;
 
 /// Spawns a router (a node's one; `node::start` and `run_local` spawn it).
 router_actor spawn_router(caf::actor_system& sys, router_config cfg = {});

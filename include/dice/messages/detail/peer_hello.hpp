@@ -32,8 +32,10 @@ namespace dice {
 /// tag is checked again after the copy). 10: a relay round's bytes travel
 /// in pieces (`relay_reference::pieces`, one tag each) that relays forward
 /// as they arrive, and an origin in auto relay mode asks receivers to echo
-/// `(relay, round, node, true)` after a direct send.
-inline constexpr std::uint32_t router_protocol_version = 10;
+/// `(relay, round, node, true)` after a direct send. 11: routers of a
+/// node with a secret skip their challenge (the preamble proved the secret
+/// on the connection; `router_config::preamble_proven`).
+inline constexpr std::uint32_t router_protocol_version = 11;
 
 /// The handshake between two nodes: who the node is, what it listens to,
 /// and whether its run is over.
