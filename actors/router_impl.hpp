@@ -40,11 +40,13 @@ inline bool contains(const std::vector<std::string>& xs, const std::string& x) {
 }
 
 // Sends to an actor of this node in the router's name (a typed actor may not
-// send() to an untyped one; an anonymous message would be refused).
+// send() to an untyped one; an anonymous message would be refused). Through
+// the router's own execution unit: send_as enqueued every delivery on the
+// scheduler from outside (a lock and often a sleeping worker woken per
+// receiver), which led the profile of a fan-out to 16 members.
 template <class... Ts>
 void tell(router_ptr self, const caf::actor& dest, Ts&&... xs) {
-  caf::send_as(caf::actor_cast<caf::actor>(self), dest,
-               std::forward<Ts>(xs)...);
+  caf::unsafe_send_as(self, dest, std::forward<Ts>(xs)...);
 }
 
 // -- coalescing (router_coalesce.cpp) ----------------------------------------
