@@ -28,7 +28,7 @@ using namespace std::chrono_literals;
 // An in-memory rendezvous store that, when rank 0 publishes its link
 // listener, first connects a stranger to it: the stranger is then first in
 // the listener's queue, ahead of rank 1.
-class ambush_store : public rendezvous_store {
+class ambush_store : public memory_store {
  public:
   ~ambush_store() override {
     if (stranger_.joinable())
@@ -39,34 +39,7 @@ class ambush_store : public rendezvous_store {
                  std::vector<std::uint8_t> value) override {
     if (key.size() >= 7 && key.compare(key.size() - 7, 7, "links/0") == 0)
       ambush(std::string(value.begin(), value.end()));
-    std::lock_guard<std::mutex> guard{mtx_};
-    kv_[key] = std::move(value);
-    cv_.notify_all();
-    return caf::none;
-  }
-
-  caf::expected<std::vector<std::uint8_t>>
-  get(const std::string& key, std::chrono::milliseconds timeout) override {
-    std::unique_lock<std::mutex> guard{mtx_};
-    if (!cv_.wait_for(guard, timeout, [&] {
-          return kv_.count(key) > 0;
-        }))
-      return make_error(errc::timeout, "no " + key);
-    return kv_[key];
-  }
-
-  caf::expected<std::int64_t> add(const std::string& key,
-                                  std::int64_t delta) override {
-    std::lock_guard<std::mutex> guard{mtx_};
-    auto& v = kv_[key];
-    std::int64_t x = 0;
-    if (v.size() == sizeof(x))
-      std::memcpy(&x, v.data(), sizeof(x));
-    x += delta;
-    v.resize(sizeof(x));
-    std::memcpy(v.data(), &x, sizeof(x));
-    cv_.notify_all();
-    return x;
+    return memory_store::set(key, std::move(value));
   }
 
   /// What the stranger saw: the bytes rank 0 answered its hello with, and
@@ -122,9 +95,6 @@ class ambush_store : public rendezvous_store {
     });
   }
 
-  std::mutex mtx_;
-  std::condition_variable cv_;
-  std::map<std::string, std::vector<std::uint8_t>> kv_;
   std::promise<std::pair<std::size_t, bool>> result_;
   std::thread stranger_;
 };

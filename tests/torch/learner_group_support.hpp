@@ -10,13 +10,58 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
 namespace dice::test {
+
+/// An in-memory rendezvous_store (the seam for a store carried over dice's
+/// authenticated router): a group forms through it without any TCPStore.
+class memory_store : public rendezvous_store {
+ public:
+  caf::error set(const std::string& key,
+                 std::vector<std::uint8_t> value) override {
+    std::lock_guard<std::mutex> guard{mtx_};
+    kv_[key] = std::move(value);
+    cv_.notify_all();
+    return caf::none;
+  }
+
+  caf::expected<std::vector<std::uint8_t>>
+  get(const std::string& key, std::chrono::milliseconds timeout) override {
+    std::unique_lock<std::mutex> guard{mtx_};
+    if (!cv_.wait_for(guard, timeout, [&] {
+          return kv_.count(key) > 0;
+        }))
+      return make_error(errc::timeout, "no key " + key);
+    return kv_[key];
+  }
+
+  caf::expected<std::int64_t> add(const std::string& key,
+                                  std::int64_t delta) override {
+    std::lock_guard<std::mutex> guard{mtx_};
+    auto& v = kv_[key];
+    std::int64_t x = 0;
+    if (v.size() == sizeof(x))
+      std::memcpy(&x, v.data(), sizeof(x));
+    x += delta;
+    v.resize(sizeof(x));
+    std::memcpy(v.data(), &x, sizeof(x));
+    cv_.notify_all();
+    return x;
+  }
+
+ private:
+  std::mutex mtx_;
+  std::condition_variable cv_;
+  std::map<std::string, std::vector<std::uint8_t>> kv_;
+};
 
 /// A small MLP with a constant buffer (broadcast and digested too).
 struct tiny_net_impl : torch::nn::Module {
