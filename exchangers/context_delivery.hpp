@@ -114,6 +114,12 @@ class context_delivery {
     return acked_any_;
   }
 
+  /// A learner acknowledged something or is (or was) connected: one that
+  /// can ack this collector's deltas exists.
+  bool heard_of_learner() const {
+    return acked_any_ || knew_learner_;
+  }
+
   /// Deltas of this incarnation not acknowledged yet.
   std::size_t unacked() const {
     return unacked_.size();

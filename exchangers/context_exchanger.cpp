@@ -217,13 +217,18 @@ middleware context_exchanger(context_exchanger_options opts) {
       // Exactly-once to the end: the node stays (bounded by its drain
       // timeout, resending meanwhile) until a learner acknowledged its last
       // deltas; with a storage loader, the files stay that long too. With
-      // no learner ever heard from (none in the cluster), nobody will ack;
-      // nor once every learner it was connected to is lost (a learner that
-      // stopped first: waiting out the drain raced dice-launch's own stop
-      // timeout, and lost the same deltas, only 10 s later).
+      // no learner ever heard from (none connected, no ack), nobody will
+      // ack; nor once every learner it was connected to is lost (a learner
+      // that stopped first: waiting out the drain raced dice-launch's own
+      // stop timeout, and lost the same deltas, only 10 s later). A
+      // connected learner that has not acked yet is waited for: its first
+      // ack may hang on a delta lost before it subscribed, which the stop
+      // resends; quitting at once removed the stored deltas it was still
+      // loading (CI: a SIGTERM early in a shm run lost 32 of 224 steps).
       svc.quit_when([st] {
         auto& d = st->delivery;
-        return d.nothing_unacked() || !d.acked_any() || d.learners_gone();
+        return d.nothing_unacked() || !d.heard_of_learner()
+          || d.learners_gone();
       });
     }
   };

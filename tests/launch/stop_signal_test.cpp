@@ -235,7 +235,9 @@ TEST(StopSignal, SigtermLeavesNoSharedMemorySegmentBehind) {
   ASSERT_TRUE(run.wait_for(std::regex{"train iteration 3 "}, 60s))
     << run.text();
   EXPECT_GT(segments_of(pids), 0u) << "the run stored nothing in /dev/shm";
-  expect_counted(stop_with_sigterm(run), 2, run.text());
+  // The text after the stop: an argument list's order is unspecified.
+  auto reps = stop_with_sigterm(run);
+  expect_counted(reps, 2, run.text());
   // Before the graceful stop the nodes died by the signal and left
   // thousands of segments (5,082 in the hello_exchange run).
   EXPECT_EQ(segments_of(pids), 0u);

@@ -7,6 +7,7 @@
 
 #include "dice/exchangers/context_exchanger.hpp"
 #include "dice/messages/context_ack.hpp"
+#include "dice/messages/finish.hpp"
 #include "dice/messages/peer_event.hpp"
 
 #include "support/exchange_fixture.hpp"
@@ -86,6 +87,28 @@ TEST_F(LearnerGone, ALearnerLeftWhileAnotherIsConnectedKeepsTheWait) {
   ASSERT_EQ(stopped(), 1u);
   EXPECT_EQ(stats->deltas_abandoned, 0u);
   EXPECT_EQ(logs.count("every learner is gone"), 0u);
+}
+
+// A SIGTERM early in a run: the learner is connected but has acked nothing
+// yet (its first delta from this collector was lost before it subscribed).
+// The collector quit at once and removed the stored deltas the learner was
+// still loading (CI lost 32 of 224 steps so); it must wait for the ack.
+TEST_F(LearnerGone, AConnectedLearnerThatHasNotAckedYetIsWaitedFor) {
+  auto c = collector_waiting_for_acks();
+  peer(c, 0, true);
+  ASSERT_EQ(stats->deltas_sent, 2u);
+  // The stop, as node::run passes a stop signal on: the window wait ends
+  // and delta 3 goes out, 1 and 2 again with it.
+  sink->send(c, finish{0, "SIGTERM", false});
+  run();
+  ASSERT_EQ(stats->deltas_sent, 3u);
+  ASSERT_TRUE(state_of(c).stopped);
+  EXPECT_EQ(stopped(), 0u) << "it quit before the learner could ack";
+  ack(0, 3);
+  ASSERT_EQ(stopped(), 1u);
+  EXPECT_EQ(got_[2].env_step, 9);
+  EXPECT_EQ(stats->deltas_abandoned, 0u);
+  EXPECT_EQ(logs.count("drain timeout"), 0u);
 }
 
 TEST_F(LearnerGone, WithoutPeerEventsTheDrainTimeoutStillBoundsTheWait) {
