@@ -157,7 +157,8 @@ caf::error node::listen() {
   *port = l.port();
   port_ = l.port();
   listener_ = std::shared_ptr<net::listener>{std::move(*ln)};
-  listener_->start();
+  if (!c.accept_once_running)
+    listener_->start();
   // Launchers read this line to learn an ephemeral port.
   std::cout << "dice-node " << c.id << " listening on port " << port_
             << std::endl;
@@ -204,7 +205,12 @@ caf::expected<node_report> node::run(pipeline pipe, node_run_options opts) {
     self->send_exit(member, caf::exit_reason::user_shutdown);
     return failure;
   }
-  // Attach once the member has joined, so the handshake lists its topics.
+  // Accept and attach once the member has joined, so each handshake lists
+  // its topics: a collector that started on a handshake without them sent
+  // its first delta past this node's learner (lost until the 5 s resend,
+  // and for good when the run stopped before it).
+  if (listener_)
+    listener_->start();
   for (auto& ep : cfg_.attach_to)
     self->send(router_, attach_atom::value, ep.host, ep.port);
   if (cfg_.distributed && cfg_.min_peers > 0) {

@@ -185,6 +185,7 @@ int run_distributed(caf::actor_system& sys, const run_config& opts,
                     const node_config& base, const build_function& build) {
   detail::process_state process;
   auto cfg = std::make_shared<node_config>(base);
+  cfg->accept_once_running = true;
   auto collectors = count_collectors(cfg->workers, cfg->learners);
   auto node = node::start(sys, *cfg);
   if (!node) {

@@ -97,6 +97,12 @@ struct node_config {
   std::uint16_t port = 0;
   /// Listen for peers at all.
   bool listen = true;
+  /// Accept peers only once `node::run`'s role actor has joined the router
+  /// (bound and listening from `node::start`: early peers wait in the
+  /// backlog), so every peer's handshake lists this node's subscriptions and
+  /// nothing a peer publishes when it starts misses them. dice::run sets it;
+  /// off, `node::start` accepts at once (a node used without `run`).
+  bool accept_once_running = false;
   /// An inherited listening socket to listen on instead of binding
   /// host:port (-1: bind); dice-launch passes one as fd 3.
   int listen_fd = -1;
