@@ -65,8 +65,9 @@ class DataReady : public ::testing::Test {
     auto theirs = acceptor->accept_session(2, mine->pub());
     dialer->dial(1, "127.0.0.1", listener->port(), mine, theirs);
     ASSERT_TRUE(dialer->wait_sendable(1, 5s));
-    if (same_host)
+    if (same_host) {
       ASSERT_TRUE(dialer->wait_same_host(1, 5s));
+    }
   }
 
   void TearDown() override {

@@ -181,9 +181,10 @@ TEST_F(PpoAgent, CollectorFillsSegmentsEndIndicesAndEpisodes) {
     EXPECT_EQ(stats->episodes, 6);
     EXPECT_EQ(stats->iterations, 2);
     EXPECT_EQ(stats->env_errors, 0);
-    if (!box)
+    if (!box) {
       for (auto r : stats->returns)
         EXPECT_EQ(r, 3.0);
+    }
   }
 }
 
