@@ -109,8 +109,8 @@ TEST(AcceptOnceRunning, APeersFirstPublicationReachesAMemberThatJoinedLate) {
              [](caf::error& err) {
                FAIL() << render(err);
              });
-  self->send(collector->router(), attach_atom::value,
-             std::string{"127.0.0.1"}, learner->port());
+  self->send(collector->router(), attach_atom::value, std::string{"127.0.0.1"},
+             learner->port());
   // The learner's node has not run yet: its listener keeps the connection
   // in the backlog, so no handshake can complete without its subscriptions.
   EXPECT_EQ(peers_of(self, collector->router(), 300ms), 0u)
