@@ -19,6 +19,7 @@
 #include "caf/scoped_actor.hpp"
 
 #include "support/deterministic.hpp"
+#include "support/loopback_node.hpp"
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -269,15 +270,7 @@ TEST(TypedEventsNet, AUsersTypeCrossesTwoNodesOnLoopback) {
   caf::actor_system sys1{cfg1};
   auto make = [](caf::actor_system& sys, std::uint32_t id, role_set roles,
                  bool listen) {
-    node_config nc;
-    nc.id = id;
-    nc.roles = roles;
-    nc.distributed = true;
-    nc.listen = listen;
-    nc.host = "127.0.0.1";
-    nc.peer_loss_timeout = 1h;
-    nc.secret = "0123456789abcdef0123456789abcdef";
-    return node::start(sys, std::move(nc));
+    return node::start(sys, test::loopback_node_config(id, roles, listen));
   };
   auto server = make(sys0, 0, {role::learner}, true);
   ASSERT_TRUE(server) << render(server.error());

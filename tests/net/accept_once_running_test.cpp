@@ -19,6 +19,7 @@
 #include "caf/actor_system.hpp"
 #include "caf/scoped_actor.hpp"
 
+#include "support/loopback_node.hpp"
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -35,16 +36,10 @@ using namespace dice;
 
 const topic<context_delta> first_words{"first_words"};
 
+// A node of this test: it starts iterating without waiting for peers.
 node_config config_of(std::uint32_t id, role_set roles, bool listen) {
-  node_config nc;
-  nc.id = id;
-  nc.roles = roles;
-  nc.distributed = true;
-  nc.listen = listen;
-  nc.host = "127.0.0.1";
+  auto nc = dice::test::loopback_node_config(id, roles, listen);
   nc.min_peers = 0;
-  nc.peer_loss_timeout = 1h;
-  nc.secret = "0123456789abcdef0123456789abcdef";
   return nc;
 }
 
