@@ -85,42 +85,47 @@ class iteration_timer {
   std::vector<double> us_;
 };
 
-void BM_allreduce(benchmark::State& st) {
-  auto mode = static_cast<std::int32_t>(st.range(0));
-  auto bytes = st.range(1);
-  auto& m = state->model(bytes);
-  auto& g = state->groups[static_cast<std::size_t>(mode)];
+// Runs the benchmark's iterations with rank 1 doing `kind` (start_peer's
+// arguments), timing `step` (an error text; empty: it worked) in each.
+template <class Step>
+void timed_on_peer(benchmark::State& st, std::int32_t kind, std::int32_t mode,
+                   std::int64_t bytes, Step step) {
   iteration_timer timer;
-  start_peer(st, 0, mode, bytes);
+  start_peer(st, kind, mode, bytes);
   for (auto _ : st) {
     timer.start();
-    if (auto err = g.all_reduce_gradients(m)) {
-      st.SkipWithError(dice::render(err).c_str());
+    auto err = step();
+    if (!err.empty()) {
+      st.SkipWithError(err.c_str());
       break;
     }
     timer.stop();
   }
   finish_peer(st);
   timer.report(st);
+}
+
+void BM_allreduce(benchmark::State& st) {
+  auto mode = static_cast<std::int32_t>(st.range(0));
+  auto bytes = st.range(1);
+  auto& m = state->model(bytes);
+  auto& g = state->groups[static_cast<std::size_t>(mode)];
+  timed_on_peer(st, 0, mode, bytes, [&] {
+    auto err = g.all_reduce_gradients(m);
+    return err ? dice::render(err) : std::string{};
+  });
   st.SetBytesProcessed(static_cast<std::int64_t>(st.iterations())
                        * model_bytes(m));
 }
 
 void BM_tcp_exchange(benchmark::State& st) {
   auto bytes = st.range(0);
-  iteration_timer timer;
-  start_peer(st, 1, 0, bytes);
-  for (auto _ : st) {
-    timer.start();
-    if (!state->link->exchange(state->out.data(), state->in.data(),
-                               static_cast<std::size_t>(bytes))) {
-      st.SkipWithError("exchange failed");
-      break;
-    }
-    timer.stop();
-  }
-  finish_peer(st);
-  timer.report(st);
+  timed_on_peer(st, 1, 0, bytes, [&] {
+    return state->link->exchange(state->out.data(), state->in.data(),
+                                 static_cast<std::size_t>(bytes))
+      ? std::string{}
+      : std::string{"exchange failed"};
+  });
   st.SetBytesProcessed(static_cast<std::int64_t>(st.iterations()) * bytes);
 }
 
@@ -158,37 +163,21 @@ void BM_dqn_step_group(benchmark::State& st) {
 // packed buffer, the baseline's exchange, (a + b) / 2): the bound for
 // BM_dqn_step_group on this machine.
 void BM_dqn_step_tcp(benchmark::State& st) {
-  iteration_timer timer;
-  start_peer(st, 4, 0, dqn_bytes);
-  for (auto _ : st) {
-    timer.start();
-    if (!dqn_step_tcp(*state)) {
-      st.SkipWithError("the raw-TCP step failed");
-      break;
-    }
-    timer.stop();
-  }
-  finish_peer(st);
-  timer.report(st);
+  timed_on_peer(st, 4, 0, dqn_bytes, [] {
+    return dqn_step_tcp(*state) ? std::string{}
+                                : std::string{"the raw-TCP step failed"};
+  });
 }
 
 // The step alone on both ranks at once, neither waiting for the other: what
 // two processes stepping side by side cost each other on this machine
 // (caches, memory, the hypervisor), without any exchange or wait.
 void BM_dqn_step_both(benchmark::State& st) {
-  iteration_timer timer;
-  start_peer(st, 5, 0, dqn_bytes);
-  for (auto _ : st) {
-    timer.start();
-    if (!dqn_step(**state->step_net, *state->step_opt, state->step_x,
-                  nullptr)) {
-      st.SkipWithError("the step failed");
-      break;
-    }
-    timer.stop();
-  }
-  finish_peer(st);
-  timer.report(st);
+  timed_on_peer(st, 5, 0, dqn_bytes, [] {
+    return dqn_step(**state->step_net, *state->step_opt, state->step_x, nullptr)
+      ? std::string{}
+      : std::string{"the step failed"};
+  });
 }
 
 // The step alone on both ranks, kept in phase by a 4-byte raw-TCP barrier
