@@ -109,11 +109,6 @@ class context_delivery {
     return unacked_.empty() && recovered_.empty();
   }
 
-  /// A learner acknowledged something of this incarnation.
-  bool acked_any() const {
-    return acked_any_;
-  }
-
   /// A learner acknowledged something or is (or was) connected: one that
   /// can ack this collector's deltas exists.
   bool heard_of_learner() const {
