@@ -259,11 +259,6 @@ void send_hello(router_ptr self, std::size_t idx, caf::actor peer,
         }
         insert_peer(
           self, router_peer{h.node, h.roles, peer, h.topics, h.drained, idx});
-        // The acceptor's key: open the data connections beside BASP
-        // (snapshots use BASP until they are up).
-        if (st.cfg.data && offer && h.data.size() == net::data_key_size)
-          st.cfg.data->dial(h.node, st.endpoints[idx].host,
-                            st.endpoints[idx].port, offer, h.data);
         // What the peer held for us arrives before anything else.
         replay(self, peer, early);
         send_backlog(self, peer, h.topics);
@@ -273,6 +268,13 @@ void send_hello(router_ptr self, std::size_t idx, caf::actor peer,
         if (st.drained && !sent.drained)
           to_peer(self, peer, done_atom::value, st.cfg.node);
         peer_added(self, h);
+        // The acceptor's key: open the data connections beside BASP
+        // (snapshots use BASP until they are up). After peer_added, so
+        // that those waiting for the peer hear of it before the dial's
+        // thread starts.
+        if (st.cfg.data && offer && h.data.size() == net::data_key_size)
+          st.cfg.data->dial(h.node, st.endpoints[idx].host,
+                            st.endpoints[idx].port, offer, h.data);
       },
       [=](caf::error& err) {
         auto& st = self->state;

@@ -85,6 +85,8 @@ data_plane::data_plane(caf::actor_system& sys, data_plane_config cfg)
   inbox_ = spawn_data_inbox(sys, cfg_.node, cfg_.io_timeout, ready_);
   same_host_ = cfg_.same_host;
   probe_ = make_probe();
+  if (enabled_)
+    spare_ = data_offer::make();
 }
 
 std::optional<shared_bytes> data_plane::take_ready(std::uint32_t peer,

@@ -337,6 +337,11 @@ class data_plane {
   void run_writer(std::shared_ptr<out_link> link, unique_fd fd);
   void run_reader(std::shared_ptr<in_link> link, unique_fd fd);
   void warn_fallback(std::uint32_t peer, const std::string& why);
+  // K of `s`, derived once by the first bind that needs it; empty when the
+  // X25519 agreement failed.
+  const std::string& session_key(session& s) const;
+  // Makes the key pair the next accept_session answers with, if none.
+  void refill_spare();
   void queue_control(std::uint32_t peer, int kind, std::uint64_t id);
   void on_probe_ok(std::uint32_t peer);
   void on_release(std::uint32_t peer, std::uint64_t id);
@@ -353,6 +358,8 @@ class data_plane {
   std::uint64_t next_transfer_ = 0;
   std::uint64_t next_link_gen_ = 0;
   std::map<std::uint32_t, std::shared_ptr<session>> sessions_;
+  // A key pair made ahead for the next hello (under mtx_).
+  std::shared_ptr<const data_offer> spare_;
   std::map<std::uint32_t, std::shared_ptr<out_link>> out_;
   std::map<std::uint32_t, std::shared_ptr<in_link>> in_;
   std::map<std::uint32_t, std::string> failed_;

@@ -87,8 +87,15 @@ std::thread plane_thread(std::function<void()> fn);
 /// Writes `bytes` whole (see plane_detail::write_all).
 bool write_bytes(int fd, ssl_st* ssl, const std::string& bytes);
 
+// One control session's key material. K is derived by the first bind
+// (key_once), not in the hello: the X25519 agreement and the HMAC then run
+// on a binding thread instead of the router's handler, on the connect path.
 struct data_plane::session {
-  std::string key;
+  std::uint32_t peer = 0;
+  std::shared_ptr<const data_offer> mine;
+  std::string their_pub;
+  std::once_flag key_once;
+  std::string key; // empty: the agreement failed (a low-order point)
   deadline_clock::time_point expires;
   std::uint8_t used = 0; // bit per direction
 };

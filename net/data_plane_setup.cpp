@@ -8,11 +8,19 @@ using namespace plane_detail;
 
 std::string data_plane::accept_session(std::uint32_t peer,
                                        const std::string& their_pub) {
-  auto mine = data_offer::make();
-  std::optional<std::string> dh;
-  if (mine)
-    dh = mine->agree(their_pub);
-  if (!dh) {
+  // The key pair was made ahead (spare_) and K is derived by the first
+  // bind (session_key): neither runs in the router's handler, which the
+  // attacher waits on to count the peer connected.
+  std::shared_ptr<const data_offer> mine;
+  if (their_pub.size() == data_key_size) {
+    {
+      std::lock_guard<std::mutex> guard{mtx_};
+      mine = std::move(spare_);
+    }
+    if (!mine)
+      mine = data_offer::make();
+  }
+  if (!mine) {
     static log::sampler sampled;
     if (auto n = sampled.next(std::to_string(peer)))
       log::warning(cfg_.node,
@@ -23,8 +31,9 @@ std::string data_plane::accept_session(std::uint32_t peer,
     return {};
   }
   auto s = std::make_shared<session>();
-  s->key = data_session_key(cfg_.secret, cfg_.node, peer, their_pub,
-                            mine->pub(), *dh);
+  s->peer = peer;
+  s->mine = mine;
+  s->their_pub = their_pub;
   auto now = deadline_clock::now();
   s->expires = now + session_lifetime;
   std::lock_guard<std::mutex> guard{mtx_};
@@ -37,6 +46,28 @@ std::string data_plane::accept_session(std::uint32_t peer,
     sessions_.erase(sessions_.begin());
   sessions_[peer] = std::move(s);
   return mine->pub();
+}
+
+const std::string& data_plane::session_key(session& s) const {
+  std::call_once(s.key_once, [&] {
+    // Fails for a low-order point: K stays empty and no MAC verifies.
+    if (auto dh = s.mine->agree(s.their_pub))
+      s.key = data_session_key(cfg_.secret, cfg_.node, s.peer, s.their_pub,
+                               s.mine->pub(), *dh);
+  });
+  return s.key;
+}
+
+void data_plane::refill_spare() {
+  {
+    std::lock_guard<std::mutex> guard{mtx_};
+    if (spare_ || stopping_)
+      return;
+  }
+  auto made = data_offer::make();
+  std::lock_guard<std::mutex> guard{mtx_};
+  if (!spare_)
+    spare_ = std::move(made);
 }
 
 void data_plane::accept(unique_fd fd, std::string where, std::string binding) {
@@ -99,28 +130,42 @@ void data_plane::bind_accepted(unique_fd fd, std::string where,
     return refuse("bind", "malformed bind frame");
   std::string ack;
   std::string why;
+  std::shared_ptr<session> s;
+  auto bit = static_cast<std::uint8_t>(1u << b->direction);
   {
     std::lock_guard<std::mutex> guard{mtx_};
     auto i = sessions_.find(b->node);
-    auto bit = static_cast<std::uint8_t>(1u << b->direction);
     if (i == sessions_.end())
       why = "no control session with node " + std::to_string(b->node);
     else if (i->second->expires < deadline_clock::now())
       why = "the session of node " + std::to_string(b->node) + " expired";
     else if (i->second->used & bit)
       why = "node " + std::to_string(b->node) + " already bound this direction";
-    else if (binding.size() != 2 * preamble_nonce_size
-             || !same_mac(b->mac,
-                          data_bind_mac(i->second->key, b->direction, binding,
-                                        tls_b)))
+    else
+      s = i->second;
+  }
+  if (why.empty()) {
+    // Outside the plane's lock: the agreement takes tens of microseconds.
+    const auto& key = session_key(*s);
+    if (key.empty() || binding.size() != 2 * preamble_nonce_size
+        || !same_mac(b->mac, data_bind_mac(key, b->direction, binding, tls_b)))
       why = "node " + std::to_string(b->node)
         + " did not prove this control session";
-    if (why.empty()) {
-      auto& s = *i->second;
+  }
+  if (why.empty()) {
+    std::lock_guard<std::mutex> guard{mtx_};
+    // The session may have ended (peer lost, a new hello) or this
+    // direction been bound by a racing bind since the check above.
+    auto i = sessions_.find(b->node);
+    if (i == sessions_.end() || i->second != s)
+      why = "the session of node " + std::to_string(b->node) + " ended";
+    else if (s->used & bit)
+      why = "node " + std::to_string(b->node) + " already bound this direction";
+    else {
       ack = encode_ack(
-        data_ack_mac(s.key, b->direction, binding, tls_b, b->mac));
-      s.used |= bit;
-      if (s.used == 3)
+        data_ack_mac(s->key, b->direction, binding, tls_b, b->mac));
+      s->used |= bit;
+      if (s->used == 3)
         sessions_.erase(i);
     }
   }
@@ -129,6 +174,8 @@ void data_plane::bind_accepted(unique_fd fd, std::string where,
     return refuse("proof", why);
   }
   done_pending();
+  // The next hello's key pair, made here rather than in the router.
+  refill_spare();
   if (b->direction == data_dialer_writes) {
     // The inbox knows the link before the dialer may send a reference; the
     // reader writes the ack (one thread per SSL object).

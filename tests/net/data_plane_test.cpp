@@ -400,6 +400,33 @@ TEST_F(DataPlane, AStrangerWithoutAProofOfTheSessionGetsNothing) {
   ::close(fd);
 }
 
+TEST_F(DataPlane, ALowOrderKeyBindsNothing) {
+  // The hello no longer runs the X25519 agreement (the first bind does, off
+  // the router's connect path), so an attacher's low-order public key gets
+  // an answer; its session must still bind nothing. u = 0 makes the shared
+  // secret all zeros, which is what such an attacher would use for K.
+  auto before = dice::net::data_stats();
+  std::string zero(dice::net::data_key_size, '\0');
+  auto theirs = acceptor->accept_session(2, zero);
+  ASSERT_EQ(theirs.size(), dice::net::data_key_size);
+  auto guessed = dice::net::data_session_key(secret_1, 1, 2, zero, theirs,
+                                             zero);
+  for (const auto& key : {guessed, std::string{}}) {
+    std::string binding;
+    auto fd = dial_data(secret_1, &binding);
+    ASSERT_GE(fd, 0);
+    ASSERT_TRUE(
+      send_bytes(fd, bind(dice::net::data_dialer_writes, 2, key, binding)));
+    auto r = wait_closed(fd, 3000ms);
+    EXPECT_TRUE(r.closed);
+    EXPECT_EQ(r.bytes, 0u) << "a low-order key bound a data connection";
+    ::close(fd);
+  }
+  EXPECT_EQ(dice::net::data_stats().refused - before.refused, 2u);
+  // A malformed key (not 32 bytes) still gets no data plane at all.
+  EXPECT_TRUE(acceptor->accept_session(3, "short").empty());
+}
+
 TEST_F(DataPlane, ThousandsOfMalformedBindsLogAFewLines) {
   // A secret holder passes the preamble 1,100 times and sends a malformed
   // bind each time: every one is refused and counted; the log gets the
