@@ -147,6 +147,9 @@ struct rank_state {
   }
 };
 
+/// A fresh step model, optimizer and batch (the same seed on both ranks).
+void make_step(rank_state& s);
+
 /// One DQN step of `s`'s step model, the gradients averaged through the
 /// raw-TCP link of the baseline: what the grouped step would cost if the
 /// all-reduce cost only a raw exchange.

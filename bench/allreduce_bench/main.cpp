@@ -133,36 +133,44 @@ void BM_tcp_exchange(benchmark::State& st) {
 // group of mode M in between (as rl/dqn_learner.cpp does): the whole cost
 // of a data-parallel step, to compare with BM_local_step/bytes:18440.
 void BM_dqn_step_group(benchmark::State& st) {
+  make_step(*state); // as rank 1 does for every DQN step row
   auto mode = static_cast<std::int32_t>(st.range(0));
   auto& g = state->groups[static_cast<std::size_t>(mode)];
   auto& net = **state->step_net;
   auto& opt = *state->step_opt;
   // The step's own parts and the all-reduce (the exchange plus the wait
   // for the other rank's gradient) timed apart: reduce_p50_us.
-  iteration_timer timer, reduce;
+  iteration_timer timer, backward, reduce, update;
   start_peer(st, 3, mode, dqn_bytes);
   for (auto _ : st) {
     timer.start();
+    backward.start();
     opt.zero_grad();
     net.forward(state->step_x).pow(2).mean().backward();
+    backward.stop();
     reduce.start();
     if (auto err = g.all_reduce_gradients(net)) {
       st.SkipWithError(dice::render(err).c_str());
       break;
     }
     reduce.stop();
+    update.start();
     opt.step();
+    update.stop();
     timer.stop();
   }
   finish_peer(st);
   timer.report(st);
+  backward.report(st, "backward_");
   reduce.report(st, "reduce_");
+  update.report(st, "update_");
 }
 
 // The same step with the gradients averaged through the raw-TCP link (one
 // packed buffer, the baseline's exchange, (a + b) / 2): the bound for
 // BM_dqn_step_group on this machine.
 void BM_dqn_step_tcp(benchmark::State& st) {
+  make_step(*state);
   timed_on_peer(st, 4, 0, dqn_bytes, [] {
     return dqn_step_tcp(*state) ? std::string{}
                                 : std::string{"the raw-TCP step failed"};
@@ -173,17 +181,33 @@ void BM_dqn_step_tcp(benchmark::State& st) {
 // two processes stepping side by side cost each other on this machine
 // (caches, memory, the hypervisor), without any exchange or wait.
 void BM_dqn_step_both(benchmark::State& st) {
-  timed_on_peer(st, 5, 0, dqn_bytes, [] {
-    return dqn_step(**state->step_net, *state->step_opt, state->step_x, nullptr)
-      ? std::string{}
-      : std::string{"the step failed"};
-  });
+  make_step(*state);
+  auto& net = **state->step_net;
+  auto& opt = *state->step_opt;
+  iteration_timer timer, backward, update;
+  start_peer(st, 5, 0, dqn_bytes);
+  for (auto _ : st) {
+    timer.start();
+    backward.start();
+    opt.zero_grad();
+    net.forward(state->step_x).pow(2).mean().backward();
+    backward.stop();
+    update.start();
+    opt.step();
+    update.stop();
+    timer.stop();
+  }
+  finish_peer(st);
+  timer.report(st);
+  backward.report(st, "backward_");
+  update.report(st, "update_");
 }
 
 // The step alone on both ranks, kept in phase by a 4-byte raw-TCP barrier
 // after each (timed apart: barrier_p50_us): whether stepping in phase
 // alone slows the step's parts, with no all-reduce at all.
 void BM_dqn_step_barrier(benchmark::State& st) {
+  make_step(*state);
   iteration_timer timer, barrier;
   start_peer(st, 6, 0, dqn_bytes);
   for (auto _ : st) {
@@ -215,16 +239,22 @@ void BM_local_step(benchmark::State& st) {
   torch::optim::Adam opt{(*model)->parameters(),
                          torch::optim::AdamOptions(1e-3)};
   auto x = torch::randn({64, in});
-  iteration_timer timer;
+  iteration_timer timer, backward, update;
   for (auto _ : st) {
     timer.start();
+    backward.start();
     opt.zero_grad();
     auto loss = (*model)->forward(x).pow(2).mean();
     loss.backward();
+    backward.stop();
+    update.start();
     opt.step();
+    update.stop();
     timer.stop();
   }
   timer.report(st);
+  backward.report(st, "backward_");
+  update.report(st, "update_");
 }
 
 BENCHMARK(BM_tcp_exchange)

@@ -46,17 +46,12 @@ bool dqn_step(torch::nn::Module& m, torch::optim::Optimizer& opt,
   return true;
 }
 
-namespace {
-
-// The step's model, optimizer and batch: the same on both ranks.
 void make_step(rank_state& s) {
   s.step_net = make_model(dqn_bytes);
   s.step_opt = std::make_unique<torch::optim::Adam>(
     (*s.step_net)->parameters(), torch::optim::AdamOptions(1e-3));
   s.step_x = torch::randn({64, 4});
 }
-
-} // namespace
 
 // A model with `bytes` of float parameters and defined gradients.
 std::shared_ptr<torch::nn::Sequential> make_model(std::int64_t bytes) {
@@ -113,6 +108,11 @@ bool dqn_step_tcp(rank_state& s) {
 
 // Runs one command; both ranks do the same.
 bool run(rank_state& s, const command& c) {
+  // Every DQN step row starts from the same fresh model and optimizer on
+  // both ranks, as BM_local_step does: rows must not depend on how many
+  // steps earlier rows took (the step's cost drifted by up to 15 % here).
+  if (c.kind >= 3 && c.kind <= 6)
+    make_step(s);
   if (c.kind == 4) {
     for (std::int64_t i = 0; i < c.iterations; ++i)
       if (!dqn_step_tcp(s))
