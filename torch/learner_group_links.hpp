@@ -12,6 +12,7 @@
 
 #include "dice/torch/learner_group.hpp"
 
+#include "learner_group_shm.hpp"
 #include <sys/uio.h>
 
 #include <atomic>
@@ -38,7 +39,9 @@ class exchange_links {
   /// rank and accepts every higher one within `cfg.join_timeout`. With a
   /// secret, each connection proves both ends hold it (HMAC-SHA256 over a
   /// nonce from each end); a connection that fails is closed, and the
-  /// listener goes on waiting for the real peer.
+  /// listener goes on waiting for the real peer. Then every pair on one
+  /// host (unless `cfg.shared_memory` is off on either side) sets up its
+  /// shared-memory outboxes (learner_group_shm.hpp).
   static caf::expected<std::shared_ptr<exchange_links>>
   connect(const learner_group_config& cfg, const publish_fn& publish,
           const lookup_fn& lookup, const std::string& where);
@@ -51,6 +54,8 @@ class exchange_links {
   /// from each peer p into `in[p]`, in the calling thread, waiting at most
   /// `timeout` without progress. Every message carries the step number and
   /// its length, so that ranks out of step are an error, not wrong sums.
+  /// A message of at most `shm_link::capacity` bytes to a peer on this
+  /// host goes through shared memory.
   caf::error exchange(const std::vector<iovec>& out, std::size_t bytes,
                       const std::vector<char*>& in,
                       std::chrono::milliseconds timeout,
@@ -63,8 +68,17 @@ class exchange_links {
  private:
   explicit exchange_links(int rank, int size);
 
+  // The part of exchange() on the sockets: every peer but those for which
+  // `by_memory(rank)` holds.
+  template <class ByMemory>
+  caf::error exchange_sockets(std::uint64_t step, const std::vector<iovec>& out,
+                              std::size_t bytes, const std::vector<char*>& in,
+                              std::chrono::milliseconds timeout,
+                              const std::string& where, ByMemory by_memory);
+
   int rank_;
-  std::vector<int> fds_; // by rank; -1 for this rank
+  std::vector<int> fds_;                       // by rank; -1 for this rank
+  std::vector<std::unique_ptr<shm_link>> shm_; // by rank; null: the socket
   std::uint64_t step_ = 0;
   std::atomic<bool> shut_{false};
 };

@@ -67,7 +67,7 @@ class ambush_store : public memory_store {
     stranger_ = std::thread([this, fd] {
       // A well-formed hello claiming to be rank 1 of generation 0, so that
       // rank 0 gets as far as checking the proof.
-      char hello[56] = {'d', 'i', 'c', 'e', '-', 'l', 'g', 'x'};
+      char hello[56] = {'d', 'i', 'c', 'e', '-', 'l', 'g', 'y'};
       std::uint32_t from = 1;
       std::memcpy(hello + 16, &from, sizeof(from));
       ::send(fd, hello, sizeof(hello), MSG_NOSIGNAL);

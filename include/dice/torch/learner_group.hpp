@@ -106,6 +106,10 @@ struct learner_group_config {
   /// `join()` succeeds; a failed proof is `errc::handshake_failed` on every
   /// rank. Empty: no proof (a cluster without a secret is loopback-only).
   std::string secret;
+  /// `reduce_mode::exchange` between ranks on one host: messages up to 1 MiB
+  /// go through shared memory instead of the loopback socket (a pair uses it
+  /// only if both ranks have it on and can map each other's segment).
+  bool shared_memory = true;
 };
 
 /// One learner's membership in a data-parallel group. Use it from one
