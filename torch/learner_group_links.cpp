@@ -6,6 +6,7 @@
 #include "dice/core/errc.hpp"
 #include "dice/security/auth.hpp"
 
+#include "learner_group_io.hpp"
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -20,6 +21,10 @@
 #include <cstring>
 
 namespace dice::detail {
+
+using link_io::io_all;
+using link_io::remaining_ms;
+using link_io::wait_for;
 
 namespace {
 
@@ -48,44 +53,6 @@ struct message_header {
   std::uint64_t step;
   std::uint64_t bytes;
 };
-
-int remaining_ms(clock::time_point deadline) {
-  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-                deadline - clock::now())
-                .count();
-  return static_cast<int>(std::clamp<long long>(left, 0, 1 << 30));
-}
-
-// Waits until `fd` is ready for `events` or `deadline` passes.
-bool wait_for(int fd, short events, clock::time_point deadline) {
-  for (;;) {
-    pollfd p{fd, events, 0};
-    auto rc = ::poll(&p, 1, remaining_ms(deadline));
-    if (rc > 0)
-      return true;
-    if (rc == 0 || errno != EINTR)
-      return false;
-  }
-}
-
-// Reads or writes exactly `n` bytes of a nonblocking socket by `deadline`.
-bool io_all(int fd, void* p, std::size_t n, bool write,
-            clock::time_point deadline) {
-  auto c = static_cast<char*>(p);
-  while (n > 0) {
-    auto k = write ? ::send(fd, c, n, MSG_NOSIGNAL) : ::recv(fd, c, n, 0);
-    if (k > 0) {
-      c += k;
-      n -= static_cast<std::size_t>(k);
-      continue;
-    }
-    if (k == 0 || (errno != EAGAIN && errno != EINTR))
-      return false;
-    if (errno == EAGAIN && !wait_for(fd, write ? POLLOUT : POLLIN, deadline))
-      return false;
-  }
-  return true;
-}
 
 void tune(int fd) {
   ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
@@ -180,6 +147,46 @@ int connect_to(const std::string& host, std::uint16_t port,
 }
 
 } // namespace
+
+namespace link_io {
+
+int remaining_ms(clock::time_point deadline) {
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                deadline - clock::now())
+                .count();
+  return static_cast<int>(std::clamp<long long>(left, 0, 1 << 30));
+}
+
+bool wait_for(int fd, short events, clock::time_point deadline) {
+  for (;;) {
+    pollfd p{fd, events, 0};
+    auto rc = ::poll(&p, 1, remaining_ms(deadline));
+    if (rc > 0)
+      return true;
+    if (rc == 0 || errno != EINTR)
+      return false;
+  }
+}
+
+bool io_all(int fd, void* p, std::size_t n, bool write,
+            clock::time_point deadline) {
+  auto c = static_cast<char*>(p);
+  while (n > 0) {
+    auto k = write ? ::send(fd, c, n, MSG_NOSIGNAL) : ::recv(fd, c, n, 0);
+    if (k > 0) {
+      c += k;
+      n -= static_cast<std::size_t>(k);
+      continue;
+    }
+    if (k == 0 || (errno != EAGAIN && errno != EINTR))
+      return false;
+    if (errno == EAGAIN && !wait_for(fd, write ? POLLOUT : POLLIN, deadline))
+      return false;
+  }
+  return true;
+}
+
+} // namespace link_io
 
 exchange_links::exchange_links(int rank, int size)
   : rank_(rank), fds_(static_cast<std::size_t>(size), -1),

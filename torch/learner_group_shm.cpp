@@ -5,6 +5,7 @@
 
 #include "dice/security/auth.hpp"
 
+#include "learner_group_io.hpp"
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/mman.h>
@@ -20,6 +21,9 @@
 #endif
 
 namespace dice::detail {
+
+using link_io::io_all;
+using link_io::remaining_ms;
 
 namespace {
 
@@ -65,33 +69,6 @@ void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
   _mm_pause();
 #endif
-}
-
-int remaining_ms(clock::time_point deadline) {
-  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-                deadline - clock::now())
-                .count();
-  return static_cast<int>(std::clamp<long long>(left, 0, 1 << 30));
-}
-
-// Exactly `n` bytes to or from the nonblocking socket `fd` by `deadline`.
-bool io_all(int fd, void* p, std::size_t n, bool write,
-            clock::time_point deadline) {
-  auto c = static_cast<char*>(p);
-  while (n > 0) {
-    auto k = write ? ::send(fd, c, n, MSG_NOSIGNAL) : ::recv(fd, c, n, 0);
-    if (k > 0) {
-      c += k;
-      n -= static_cast<std::size_t>(k);
-      continue;
-    }
-    if (k == 0 || (errno != EAGAIN && errno != EINTR))
-      return false;
-    pollfd pf{fd, static_cast<short>(write ? POLLOUT : POLLIN), 0};
-    if (errno == EAGAIN && ::poll(&pf, 1, remaining_ms(deadline)) <= 0)
-      return false;
-  }
-  return true;
 }
 
 } // namespace

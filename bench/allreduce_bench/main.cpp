@@ -129,31 +129,31 @@ void BM_tcp_exchange(benchmark::State& st) {
   st.SetBytesProcessed(static_cast<std::int64_t>(st.iterations()) * bytes);
 }
 
-// A DQN learner step on both ranks at once, the gradients averaged by the
-// group of mode M in between (as rl/dqn_learner.cpp does): the whole cost
-// of a data-parallel step, to compare with BM_local_step/bytes:18440.
-void BM_dqn_step_group(benchmark::State& st) {
-  make_step(*state); // as rank 1 does for every DQN step row
-  auto mode = static_cast<std::int32_t>(st.range(0));
-  auto& g = state->groups[static_cast<std::size_t>(mode)];
+// A DQN step of the step model on both ranks at once (rank 1 runs `kind`),
+// with the step's parts timed apart (backward_p50_us, update_p50_us) and
+// `between(err)` run between backward and update, timed as `between_name`
+// (empty: nothing runs there). Starts from a fresh model, as rank 1 does.
+template <class Between>
+void timed_step_parts(benchmark::State& st, std::int32_t kind,
+                      std::int32_t mode, const char* between_name,
+                      Between between) {
+  make_step(*state);
   auto& net = **state->step_net;
   auto& opt = *state->step_opt;
-  // The step's own parts and the all-reduce (the exchange plus the wait
-  // for the other rank's gradient) timed apart: reduce_p50_us.
-  iteration_timer timer, backward, reduce, update;
-  start_peer(st, 3, mode, dqn_bytes);
+  iteration_timer timer, backward, middle, update;
+  start_peer(st, kind, mode, dqn_bytes);
   for (auto _ : st) {
     timer.start();
     backward.start();
     opt.zero_grad();
     net.forward(state->step_x).pow(2).mean().backward();
     backward.stop();
-    reduce.start();
-    if (auto err = g.all_reduce_gradients(net)) {
-      st.SkipWithError(dice::render(err).c_str());
+    middle.start();
+    if (auto err = between(net); !err.empty()) {
+      st.SkipWithError(err.c_str());
       break;
     }
-    reduce.stop();
+    middle.stop();
     update.start();
     opt.step();
     update.stop();
@@ -162,8 +162,23 @@ void BM_dqn_step_group(benchmark::State& st) {
   finish_peer(st);
   timer.report(st);
   backward.report(st, "backward_");
-  reduce.report(st, "reduce_");
+  if (*between_name != 0)
+    middle.report(st, between_name);
   update.report(st, "update_");
+}
+
+// A DQN learner step on both ranks at once, the gradients averaged by the
+// group of mode M in between (as rl/dqn_learner.cpp does): the whole cost
+// of a data-parallel step, to compare with BM_local_step/bytes:18440. The
+// all-reduce (the exchange plus the wait for the other rank's gradient) is
+// timed apart: reduce_p50_us.
+void BM_dqn_step_group(benchmark::State& st) {
+  auto mode = static_cast<std::int32_t>(st.range(0));
+  auto& g = state->groups[static_cast<std::size_t>(mode)];
+  timed_step_parts(st, 3, mode, "reduce_", [&](torch::nn::Module& net) {
+    auto err = g.all_reduce_gradients(net);
+    return err ? dice::render(err) : std::string{};
+  });
 }
 
 // The same step with the gradients averaged through the raw-TCP link (one
@@ -181,26 +196,9 @@ void BM_dqn_step_tcp(benchmark::State& st) {
 // two processes stepping side by side cost each other on this machine
 // (caches, memory, the hypervisor), without any exchange or wait.
 void BM_dqn_step_both(benchmark::State& st) {
-  make_step(*state);
-  auto& net = **state->step_net;
-  auto& opt = *state->step_opt;
-  iteration_timer timer, backward, update;
-  start_peer(st, 5, 0, dqn_bytes);
-  for (auto _ : st) {
-    timer.start();
-    backward.start();
-    opt.zero_grad();
-    net.forward(state->step_x).pow(2).mean().backward();
-    backward.stop();
-    update.start();
-    opt.step();
-    update.stop();
-    timer.stop();
-  }
-  finish_peer(st);
-  timer.report(st);
-  backward.report(st, "backward_");
-  update.report(st, "update_");
+  timed_step_parts(st, 5, 0, "", [](torch::nn::Module&) {
+    return std::string{};
+  });
 }
 
 // The step alone on both ranks, kept in phase by a 4-byte raw-TCP barrier

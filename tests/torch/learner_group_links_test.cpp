@@ -131,58 +131,25 @@ TEST(LearnerGroupLinks, StrangerAtTheLinkListenerIsRefusedAndTheGroupForms) {
 }
 
 TEST(LearnerGroupLinks, PeerLeavingMidStepEndsTheStepAtOnce) {
-  std::promise<void> stepping;
-  auto stepping_future = stepping.get_future().share();
-  caf::error err;
-  double fail_ms = 0;
-  with_group(test_config(0, 2, 0, reduce_mode::exchange),
-             [&](int r, learner_group& g) {
-               auto net = make_net(40 + r);
-               torch::optim::SGD opt{net->parameters(), 0.1};
-               ASSERT_FALSE(train_step(g, net, opt, r, 1));
-               if (r == 0) {
-                 // Leaves while rank 1 waits in step 2 (or is about to).
-                 stepping_future.wait();
-                 g.abort();
-                 return;
-               }
-               stepping.set_value();
-               auto t0 = std::chrono::steady_clock::now();
-               err = train_step(g, net, opt, r, 2);
-               fail_ms = ms_since(t0);
-               // The group is broken now: later calls fail without blocking.
-               EXPECT_TRUE(is_failure(g.all_reduce_gradients(*net)));
-             });
-  EXPECT_TRUE(is_failure(err)) << render(err);
+  // Over the sockets: shared memory off (LearnerGroupShm has it on).
+  auto base = test_config(0, 2, 0, reduce_mode::exchange);
+  base.shared_memory = false;
+  auto x = leave_mid_step(base, 40);
+  EXPECT_TRUE(is_failure(x.err)) << render(x.err);
   // At once: well within the step timeout (10 s).
-  EXPECT_LT(fail_ms, 5000.0) << render(err);
+  EXPECT_LT(x.fail_ms, 5000.0) << render(x.err);
+  // The group is broken now: later calls fail without blocking.
+  EXPECT_TRUE(x.later_failed);
 }
 
 TEST(LearnerGroupLinks, HungPeerEndsTheStepAtTheTimeout) {
   auto base = test_config(0, 2, 0, reduce_mode::exchange);
   base.timeout = 1000ms;
-  std::promise<void> failed;
-  auto failed_future = failed.get_future().share();
-  caf::error err;
-  double fail_ms = 0;
-  with_group(base, [&](int r, learner_group& g) {
-    auto net = make_net(50 + r);
-    torch::optim::SGD opt{net->parameters(), 0.1};
-    ASSERT_FALSE(train_step(g, net, opt, r, 1));
-    if (r == 1) {
-      // Hung: connected, but never sends step 2.
-      EXPECT_EQ(failed_future.wait_for(60s), std::future_status::ready);
-      g.abort();
-      return;
-    }
-    auto t0 = std::chrono::steady_clock::now();
-    err = train_step(g, net, opt, r, 2);
-    fail_ms = ms_since(t0);
-    failed.set_value();
-  });
-  EXPECT_TRUE(is(err, errc::timeout)) << render(err);
-  EXPECT_GE(fail_ms, 900.0);
-  EXPECT_LT(fail_ms, 1000.0 + 4000.0);
+  base.shared_memory = false;
+  auto x = hang_mid_step(base, 50);
+  EXPECT_TRUE(is(x.err, errc::timeout)) << render(x.err);
+  EXPECT_GE(x.fail_ms, 900.0);
+  EXPECT_LT(x.fail_ms, 1000.0 + 4000.0);
 }
 
 } // namespace dice::test::links

@@ -92,29 +92,23 @@ TEST(LearnerGroupShm, LargeMessagesTakeTheSocketBesideSmallOnes) {
 }
 
 TEST(LearnerGroupShm, APeerLeavingWhileTheOtherWaitsInSharedMemoryEndsTheStep) {
-  std::promise<void> stepping;
-  auto stepping_future = stepping.get_future().share();
-  caf::error err;
-  double fail_ms = 0;
   auto before = shm_messages();
-  with_group(test_config(0, 2, 0, reduce_mode::exchange),
-             [&](int r, learner_group& g) {
-               auto net = make_net(70 + r);
-               torch::optim::SGD opt{net->parameters(), 0.1};
-               ASSERT_FALSE(train_step(g, net, opt, r, 1));
-               if (r == 0) {
-                 stepping_future.wait();
-                 g.abort();
-                 return;
-               }
-               stepping.set_value();
-               auto t0 = std::chrono::steady_clock::now();
-               err = train_step(g, net, opt, r, 2);
-               fail_ms = ms_since(t0);
-             });
+  auto x = leave_mid_step(test_config(0, 2, 0, reduce_mode::exchange), 70);
   EXPECT_GE(shm_messages() - before, 2u) << "step 1 did not use shared memory";
-  EXPECT_TRUE(is_failure(err)) << render(err);
-  EXPECT_LT(fail_ms, 5000.0) << render(err); // the step timeout is 10 s
+  EXPECT_TRUE(is_failure(x.err)) << render(x.err);
+  EXPECT_LT(x.fail_ms, 5000.0) << render(x.err); // the step timeout is 10 s
+  EXPECT_TRUE(x.later_failed);
+}
+
+TEST(LearnerGroupShm, AHungPeerEndsTheStepInSharedMemoryAtTheTimeout) {
+  auto base = test_config(0, 2, 0, reduce_mode::exchange);
+  base.timeout = 1000ms;
+  auto before = shm_messages();
+  auto x = hang_mid_step(base, 80);
+  EXPECT_GE(shm_messages() - before, 2u) << "step 1 did not use shared memory";
+  EXPECT_TRUE(is(x.err, errc::timeout)) << render(x.err);
+  EXPECT_GE(x.fail_ms, 900.0);
+  EXPECT_LT(x.fail_ms, 1000.0 + 4000.0);
 }
 
 // A file of this process of `n` bytes, as an fd (the test's to close).

@@ -13,6 +13,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <cstring>
+#include <future>
 #include <map>
 #include <mutex>
 #include <string>
@@ -213,6 +214,66 @@ inline double ms_since(std::chrono::steady_clock::time_point t0) {
 /// How a learner group reports a lost member: a timeout or unreachable.
 inline bool is_failure(const caf::error& err) {
   return is(err, errc::timeout) || is(err, errc::unreachable);
+}
+
+/// What rank 1 of two saw when rank 0 left (`abort()`) after step 1, while
+/// rank 1 waited in (or was about to start) step 2.
+struct left_mid_step {
+  caf::error err;            // what step 2 returned
+  double fail_ms = 0;        // how long step 2 took
+  bool later_failed = false; // a later call failed too (without blocking)
+};
+
+/// Two ranks of `base` (seeds `seed` + rank) take step 1; then rank 0
+/// leaves while rank 1 takes step 2.
+inline left_mid_step leave_mid_step(learner_group_config base,
+                                    std::uint64_t seed) {
+  base.size = 2;
+  std::promise<void> stepping;
+  auto stepping_future = stepping.get_future().share();
+  left_mid_step result;
+  with_group(base, [&](int r, learner_group& g) {
+    auto net = make_net(seed + static_cast<std::uint64_t>(r));
+    torch::optim::SGD opt{net->parameters(), 0.1};
+    ASSERT_FALSE(train_step(g, net, opt, r, 1));
+    if (r == 0) {
+      stepping_future.wait();
+      g.abort();
+      return;
+    }
+    stepping.set_value();
+    auto t0 = std::chrono::steady_clock::now();
+    result.err = train_step(g, net, opt, r, 2);
+    result.fail_ms = ms_since(t0);
+    result.later_failed = is_failure(g.all_reduce_gradients(*net));
+  });
+  return result;
+}
+
+/// What rank 0 of two saw in step 2 when rank 1, after step 1, stayed
+/// linked but never sent step 2 (it leaves once rank 0's step ended).
+inline left_mid_step hang_mid_step(learner_group_config base,
+                                   std::uint64_t seed) {
+  base.size = 2;
+  std::promise<void> failed;
+  auto failed_future = failed.get_future().share();
+  left_mid_step result;
+  with_group(base, [&](int r, learner_group& g) {
+    auto net = make_net(seed + static_cast<std::uint64_t>(r));
+    torch::optim::SGD opt{net->parameters(), 0.1};
+    ASSERT_FALSE(train_step(g, net, opt, r, 1));
+    if (r == 1) {
+      EXPECT_EQ(failed_future.wait_for(std::chrono::seconds{60}),
+                std::future_status::ready);
+      g.abort();
+      return;
+    }
+    auto t0 = std::chrono::steady_clock::now();
+    result.err = train_step(g, net, opt, r, 2);
+    result.fail_ms = ms_since(t0);
+    failed.set_value();
+  });
+  return result;
 }
 
 } // namespace dice::test
