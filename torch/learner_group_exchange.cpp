@@ -1,5 +1,5 @@
 // reduce_mode::exchange: every rank sends its whole gradient to every other
-// rank over the group's own links (learner_group_links.cpp: the caller's
+// rank over the group's own links (learner_group_links_step.cpp: the caller's
 // thread writes and reads the sockets) and sums all ranks' gradients in
 // rank order, so every rank computes the same bits.
 //

@@ -1,7 +1,8 @@
 #pragma once
 
 // dice's own TCP connection to every peer of a learner group, for
-// reduce_mode::exchange (torch/learner_group_links.cpp).
+// reduce_mode::exchange (torch/learner_group_links.cpp: forming them;
+// torch/learner_group_links_step.cpp: one step over them).
 //
 // Why not Gloo's pairs: a Gloo receive is read by Gloo's device thread,
 // which then wakes the caller, and a send notifies the receiver first; both
