@@ -4,6 +4,7 @@
 import os
 import tempfile
 import threading
+import time
 import unittest
 
 import numpy as np
@@ -56,8 +57,12 @@ class PipelineTest(unittest.TestCase):
         self.assertEqual(order, expected)
 
     def test_learner_gets_every_collectors_trajectories_once(self):
-        got = {"items": 0, "env_step": [], "ends_ok": True}
+        got = {"items": 0, "env_step": [], "ends_ok": True, "from": set()}
         sent = {}
+        # Until every collector's trajectories arrived: a collector whose
+        # thread starts late (5 nodes share the GIL) may not have sent
+        # anything by the 60th item. The deadline only bounds a failure.
+        deadline = time.monotonic() + 60
 
         def main():
             with task.start(ctx=OnlineRLContext()):
@@ -67,10 +72,12 @@ class PipelineTest(unittest.TestCase):
                         items = ctx.trajectories or []
                         got["items"] += len(items)
                         got["env_step"].append((ctx.env_step, got["items"]))
+                        got["from"].update(int(x["obs"][0]) for x in items)
                         for end in ctx.trajectory_end_idx or []:
                             got["ends_ok"] &= items[end]["last"]
                         ctx.train_iter += 1
-                        if got["items"] >= 60:
+                        if (got["items"] >= 60 and len(got["from"]) == 3) \
+                                or time.monotonic() > deadline:
                             task.finish = True
                     task.use(train)
                 elif task.has_role(task.role.COLLECTOR):
@@ -95,6 +102,7 @@ class PipelineTest(unittest.TestCase):
             self.assertEqual(env_step, items)
         self.assertTrue(got["ends_ok"], "trajectory_end_idx not offset")
         self.assertEqual(len(sent), 3)
+        self.assertEqual(got["from"], set(sent), "a collector's trajectories never arrived")
 
     def test_context_and_models_travel_through_file_loaders(self):
         got = {"items": 0, "weights": []}
