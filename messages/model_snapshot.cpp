@@ -127,17 +127,30 @@ std::size_t align_up(std::size_t n) {
 
 } // namespace
 
-snapshot_builder::snapshot_builder(std::size_t total_bytes) {
-  buf_.reserve(total_bytes);
+snapshot_builder::snapshot_builder(std::size_t total_bytes)
+  : buf_(total_bytes) {
+  // nop
 }
 
 void snapshot_builder::add(std::string name, dtype type,
                            std::vector<std::int64_t> shape, const void* bytes,
                            std::size_t nbytes) {
-  auto offset = align_up(buf_.size());
-  buf_.resize(offset + nbytes);
+  auto offset = align_up(used_);
+  auto end = offset + nbytes;
+  if (end > buf_.size()) {
+    // More than the constructor reserved: grow geometrically.
+    writable_bytes bigger{std::max(end, 2 * buf_.size())};
+    if (used_ > 0)
+      std::memcpy(bigger.data(), buf_.data(), used_);
+    buf_ = std::move(bigger);
+  }
+  // The padding is zeroed: the buffer is uninitialized, and no byte of this
+  // process' heap may leave the node inside a snapshot.
+  if (offset > used_)
+    std::memset(buf_.data() + used_, 0, offset - used_);
   if (nbytes > 0)
     std::memcpy(buf_.data() + offset, bytes, nbytes);
+  used_ = end;
   index_.push_back(
     tensor_entry{std::move(name), type, std::move(shape), offset, nbytes});
 }
@@ -152,9 +165,11 @@ model_snapshot snapshot_builder::build(std::uint32_t sender,
   result.version = version;
   result.send_time_ns = send_time_ns;
   result.index = std::move(index_);
+  buf_.shrink(used_);
   result.data = shared_bytes{std::move(buf_)};
   index_.clear();
-  buf_.clear();
+  buf_ = writable_bytes{};
+  used_ = 0;
   return result;
 }
 

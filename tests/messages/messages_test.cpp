@@ -348,6 +348,55 @@ TEST_F(Messages, LargeSnapshotComesBackByteIdentical) {
 
 // -- shared_bytes -------------------------------------------------------------
 
+// The builder's buffer is uninitialized and recycled: the alignment gaps
+// between tensors must still be zero, or bytes this process freed before
+// would leave the node inside a snapshot. A freed buffer of the same size,
+// full of 0xAA, is what the builder gets back from the pool here.
+TEST_F(Messages, SnapshotPaddingIsZeroInARecycledBuffer) {
+  constexpr std::size_t n = 1 << 20; // on a mapping of its own (pooled)
+  auto a = pattern(3, 5);
+  auto b = pattern(n - 128, 6);
+  auto total = dice::snapshot_builder::padded(a.size())
+    + dice::snapshot_builder::padded(b.size());
+  for (int round = 0; round < 2; ++round) {
+    {
+      dice::writable_bytes dirty{total};
+      std::memset(dirty.data(), 0xAA, dirty.size());
+    }
+    dice::snapshot_builder builder{total};
+    builder.add("a", dice::dtype::uint8, {3}, a.data(), a.size());
+    builder.add("b", dice::dtype::uint8, {static_cast<std::int64_t>(b.size())},
+                b.data(), b.size());
+    auto x = builder.build(1, 0, 1, 0);
+    ASSERT_EQ(x.data.size(), 64 + b.size());
+    ASSERT_FALSE(dice::validate(x));
+    EXPECT_EQ(std::memcmp(x.data.data(), a.data(), 3), 0);
+    for (std::size_t i = 3; i < 64; ++i)
+      ASSERT_EQ(x.data.data()[i], 0) << "padding byte " << i;
+    EXPECT_EQ(std::memcmp(x.data.data() + 64, b.data(), b.size()), 0);
+  }
+}
+
+// A builder that reserved nothing grows as tensors come and keeps them all.
+TEST_F(Messages, ABuilderWithoutAReservationGrows) {
+  dice::snapshot_builder builder;
+  std::vector<std::vector<std::uint8_t>> parts;
+  for (std::size_t i = 0; i < 20; ++i) {
+    parts.push_back(pattern(1000 * (i + 1), static_cast<std::uint32_t>(i)));
+    builder.add("t" + std::to_string(i), dice::dtype::uint8,
+                {static_cast<std::int64_t>(parts.back().size())},
+                parts.back().data(), parts.back().size());
+  }
+  auto x = builder.build(1, 0, 1, 0);
+  ASSERT_FALSE(dice::validate(x));
+  ASSERT_EQ(x.index.size(), parts.size());
+  for (std::size_t i = 0; i < parts.size(); ++i)
+    EXPECT_EQ(std::memcmp(x.data.data() + x.index[i].offset, parts[i].data(),
+                          parts[i].size()),
+              0)
+      << "tensor " << i;
+}
+
 TEST_F(Messages, SharedBytesCopiesShareTheBuffer) {
   shared_bytes a{pattern(1024)};
   auto first = a.data();

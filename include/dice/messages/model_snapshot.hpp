@@ -109,7 +109,11 @@ class snapshot_builder {
 
  private:
   std::vector<tensor_entry> index_;
-  std::vector<std::uint8_t> buf_;
+  // Uninitialized and from writable_bytes' recycled mappings: a vector
+  // zero-filled every snapshot, and took fresh pages (a fault each) for
+  // every model above glibc's mmap threshold.
+  writable_bytes buf_;
+  std::size_t used_ = 0;
 };
 
 } // namespace dice

@@ -72,6 +72,12 @@ class writable_bytes {
     return size_ == 0;
   }
 
+  /// Keeps the first `n` bytes (never grows; the allocation stays).
+  void shrink(std::size_t n) noexcept {
+    if (n < size_)
+      size_ = n;
+  }
+
  private:
   friend class shared_bytes;
   std::shared_ptr<std::uint8_t> ptr_;
