@@ -3,6 +3,7 @@
 
 #include "dice/actors/model_loader.hpp"
 #include "dice/actors/storage_loader.hpp"
+#include "dice/core/errc.hpp"
 #include "dice/exchangers/context_exchanger.hpp"
 #include "dice/exchangers/model_exchanger.hpp"
 #include "dice/exchangers/periodical_model_exchanger.hpp"
@@ -123,6 +124,20 @@ void bind_exchangers(py::module_& m) {
       return wrap(model_exchanger(python_model(std::move(model)), opts));
     },
     py::arg("model"), py::arg("model_loader"), py::arg("timeout"));
+
+  // For tests: `src`'s state_dict through a snapshot into `dst`, the way a
+  // ModelExchanger sends and loads it; None, or why `dst` refused it.
+  m.def(
+    "_copy_model",
+    [](py::object src, py::object dst) -> py::object {
+      auto x = python_model(std::move(src))->snapshot();
+      if (!x)
+        return py::str(render(x.error()));
+      if (auto err = python_model(std::move(dst))->load(*x))
+        return py::str(render(err));
+      return py::none();
+    },
+    py::arg("src"), py::arg("dst"));
 
   m.def(
     "periodical_model_exchanger",
