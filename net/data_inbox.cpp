@@ -49,9 +49,20 @@ std::uint64_t data_budget::used() const {
 void data_ready_table::put(std::uint32_t peer, std::uint64_t id,
                            shared_bytes bytes,
                            std::shared_ptr<data_budget> budget) {
-  std::lock_guard<std::mutex> guard{mtx_};
-  ready_.emplace(std::make_pair(peer, id),
-                 entry{std::move(bytes), std::move(budget)});
+  {
+    std::lock_guard<std::mutex> guard{mtx_};
+    ready_.emplace(std::make_pair(peer, id),
+                   entry{std::move(bytes), std::move(budget)});
+  }
+  put_.notify_all();
+}
+
+bool data_ready_table::wait(std::uint32_t peer, std::uint64_t id,
+                            caf::timespan timeout) {
+  std::unique_lock<std::mutex> guard{mtx_};
+  return put_.wait_for(guard, timeout, [&] {
+    return ready_.count(std::make_pair(peer, id)) > 0;
+  });
 }
 
 std::optional<shared_bytes> data_ready_table::take(std::uint32_t peer,

@@ -69,12 +69,17 @@ class data_ready_table {
   /// Drops every transfer of `peer`, releasing their budget.
   void drop(std::uint32_t peer);
 
+  /// Waits until the bytes of `(peer, id)` are here, at most `timeout`;
+  /// takes nothing.
+  bool wait(std::uint32_t peer, std::uint64_t id, caf::timespan timeout);
+
  private:
   struct entry {
     shared_bytes bytes;
     std::shared_ptr<data_budget> budget;
   };
   std::mutex mtx_;
+  std::condition_variable put_;
   std::map<std::pair<std::uint32_t, std::uint64_t>, entry> ready_;
 };
 

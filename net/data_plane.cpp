@@ -94,6 +94,11 @@ std::optional<shared_bytes> data_plane::take_ready(std::uint32_t peer,
   return ready_->take(peer, id);
 }
 
+bool data_plane::wait_ready(std::uint32_t peer, std::uint64_t id,
+                            caf::timespan timeout) {
+  return ready_->wait(peer, id, timeout);
+}
+
 data_plane::~data_plane() {
   stop();
 }

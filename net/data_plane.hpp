@@ -247,6 +247,10 @@ class data_plane {
   /// the caller claims them from `inbox()`, which answers when they come.
   std::optional<shared_bytes> take_ready(std::uint32_t peer, std::uint64_t id);
 
+  /// Waits until take_ready(peer, id) would find the bytes, at most
+  /// `timeout` (for tests and tools; the router never waits).
+  bool wait_ready(std::uint32_t peer, std::uint64_t id, caf::timespan timeout);
+
   /// Acceptor side, in the control session's hello: takes the attacher's
   /// public key `their_pub` and answers with this side's (empty if
   /// `their_pub` is malformed: no data plane for this session). Replaces

@@ -79,13 +79,11 @@ class DataReady : public ::testing::Test {
       acceptor->stop();
   }
 
-  // The bytes of transfer `id`, once they are there.
+  // The bytes of transfer `id`, once they are there (5 s at most).
   std::optional<shared_bytes> ready(std::uint64_t id) {
-    std::optional<shared_bytes> got;
-    for (auto deadline = clock_type::now() + 5s;
-         !got && clock_type::now() < deadline; std::this_thread::sleep_for(1ms))
-      got = acceptor->take_ready(2, id);
-    return got;
+    if (!acceptor->wait_ready(2, id, 5s))
+      return std::nullopt;
+    return acceptor->take_ready(2, id);
   }
 
   // The claim the router makes for bytes that are not there yet.
