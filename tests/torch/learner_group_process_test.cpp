@@ -5,6 +5,7 @@
 
 #include "dice/core/errc.hpp"
 #include "dice/torch/learner_group.hpp"
+#include "torch/learner_group_shm.hpp"
 #include "torch/learner_group_support.hpp"
 
 #include "support/child_process.hpp"
@@ -91,8 +92,11 @@ int worker_main(int argc, char** argv) {
   cfg.store_port = static_cast<std::uint16_t>(num(argc, argv, "port", 0));
   cfg.timeout = std::chrono::milliseconds{num(argc, argv, "timeout-ms", 5000)};
   cfg.join_timeout = 30s;
-  cfg.mode = arg(argc, argv, "mode") == "flat" ? dice::reduce_mode::flat
-                                               : dice::reduce_mode::bucketed;
+  auto mode = arg(argc, argv, "mode");
+  cfg.mode = mode == "flat" ? dice::reduce_mode::flat
+    : mode == "exchange"    ? dice::reduce_mode::exchange
+                            : dice::reduce_mode::bucketed;
+  cfg.shared_memory = num(argc, argv, "shared-memory", 1) != 0;
   cfg.bucket_bytes = 2048;
   auto steps = num(argc, argv, "steps", 6);
   auto after = num(argc, argv, "after", 4);
@@ -217,7 +221,8 @@ int worker_main(int argc, char** argv) {
   }
   say({{"event", "done"},
        {"generation", current->generation()},
-       {"digest", hex(*dice::parameters_digest(*net))}});
+       {"digest", hex(*dice::parameters_digest(*net))},
+       {"shm_messages", dice::detail::shm_messages()}});
   return 0;
 }
 
@@ -330,6 +335,44 @@ INSTANTIATE_TEST_SUITE_P(Sizes, LearnerGroupProcess, testing::Values(2, 3),
                          [](const testing::TestParamInfo<int>& info) {
                            return "L" + std::to_string(info.param);
                          });
+
+// The exchange between learner processes of one host: 3 ranks, 6 steps,
+// each rank's gradients to its 2 peers through their shared-memory outboxes
+// (12 messages a rank; a rank counts only what it sent), with parameters
+// identical at every step; with the shortcut off, the same run sends none
+// that way and ends with the same parameters, to the bit.
+TEST(LearnerGroupProcessShm, SameHostProcessesExchangeThroughSharedMemory) {
+  std::string bytes_on;
+  for (auto on : {1, 0}) {
+    auto dir = output_dir("shm_" + std::to_string(on));
+    auto ls = start_group(3, dir,
+                          {"--steps", "6", "--mode", "exchange",
+                           "--shared-memory", std::to_string(on)});
+    ASSERT_EQ(ls.size(), 3u);
+    for (auto& l : ls)
+      ASSERT_EQ(l->proc->wait_exit(120s), 0) << l->proc->text();
+    for (int s = 1; s <= 6; ++s) {
+      auto d0 = digest_at(*ls[0]->proc, 0, s);
+      ASSERT_FALSE(d0.empty()) << ls[0]->proc->text();
+      for (int r = 1; r < 3; ++r)
+        EXPECT_EQ(digest_at(*ls[r]->proc, 0, s), d0) << "step " << s;
+    }
+    for (int r = 0; r < 3; ++r) {
+      std::smatch m;
+      ASSERT_TRUE(
+        ls[r]->proc->wait_for(std::regex{"\\{\"event\":\"done\".*"}, 1s, &m))
+        << ls[r]->proc->text();
+      EXPECT_EQ(json_int(m[0].str(), "shm_messages"), on ? 12 : 0)
+        << "rank " << r << ": " << m[0].str();
+    }
+    auto bytes = read_file(dir / "rank0.bin");
+    ASSERT_GT(bytes.size(), 1000u);
+    if (on)
+      bytes_on = bytes;
+    else
+      EXPECT_TRUE(bytes == bytes_on) << "shared memory changed the sums";
+  }
+}
 
 // kill -9 of rank 1 of 3 mid-run: both survivors' steps end with an error
 // well within the collective timeout, they re-form at L=2 and train on with

@@ -28,24 +28,33 @@ using detail::shm_link;
 using detail::shm_messages;
 using detail::shm_offer;
 
-// Every rank's parameters after `steps` steps of train_step, 3 ranks.
-std::vector<std::string> train(bool shared_memory, int steps) {
+// Every rank's parameters after `steps` steps of train_step, 3 ranks;
+// `off_rank` (if >= 0) alone has the shortcut off.
+std::vector<std::string> train(bool shared_memory, int steps,
+                               int off_rank = -1) {
   auto base = test_config(0, 3, 0, reduce_mode::exchange);
   base.shared_memory = shared_memory;
   std::vector<std::string> bytes(3);
-  with_group(base, [&](int r, learner_group& g) {
-    // Seeding and drawing from torch's global generator, one rank at a
-    // time: rank 0's start is the same in both runs.
-    static std::mutex seeding;
-    std::unique_lock<std::mutex> one{seeding};
-    auto net = make_net(60 + r);
-    one.unlock();
-    torch::optim::SGD opt{net->parameters(), 0.1};
-    ASSERT_FALSE(g.broadcast_parameters(*net)); // rank 0's start everywhere
-    for (int s = 1; s <= steps; ++s)
-      ASSERT_FALSE(train_step(g, net, opt, r, s));
-    bytes[static_cast<std::size_t>(r)] = module_bytes(*net);
-  });
+  auto tweak = [off_rank](int r, learner_group_config& c) {
+    if (r == off_rank)
+      c.shared_memory = false;
+  };
+  with_group(
+    base,
+    [&](int r, learner_group& g) {
+      // Seeding and drawing from torch's global generator, one rank at a
+      // time: rank 0's start is the same in both runs.
+      static std::mutex seeding;
+      std::unique_lock<std::mutex> one{seeding};
+      auto net = make_net(60 + r);
+      one.unlock();
+      torch::optim::SGD opt{net->parameters(), 0.1};
+      ASSERT_FALSE(g.broadcast_parameters(*net)); // rank 0's start everywhere
+      for (int s = 1; s <= steps; ++s)
+        ASSERT_FALSE(train_step(g, net, opt, r, s));
+      bytes[static_cast<std::size_t>(r)] = module_bytes(*net);
+    },
+    tweak);
   return bytes;
 }
 
@@ -62,6 +71,21 @@ TEST(LearnerGroupShm, RanksOnOneHostExchangeThroughSharedMemory) {
   EXPECT_TRUE(off[0] == off[1] && off[1] == off[2]);
   // The same sums in the same order as over the sockets, to the bit.
   EXPECT_TRUE(on[0] == off[0]);
+}
+
+// One rank with the shortcut off: its pairs keep the socket (both sides
+// must map), the pair of the other two still uses shared memory, nobody
+// waits for an offer that never comes, and the sums are the same.
+TEST(LearnerGroupShm, ARankWithTheShortcutOffKeepsTheSocketForItsPairs) {
+  auto before = shm_messages();
+  auto mixed = train(true, 5, 1);
+  auto during = shm_messages();
+  auto off = train(false, 5);
+  // Ranks 0 and 2, one message each way a step, 5 steps.
+  EXPECT_EQ(during - before, 10u);
+  ASSERT_FALSE(mixed[0].empty());
+  EXPECT_TRUE(mixed[0] == mixed[1] && mixed[1] == mixed[2]);
+  EXPECT_TRUE(mixed[0] == off[0]);
 }
 
 TEST(LearnerGroupShm, LargeMessagesTakeTheSocketBesideSmallOnes) {

@@ -128,12 +128,14 @@ test_config(int rank, int size, std::uint16_t port,
 }
 
 /// Forms a group of `base.size` ranks, one thread each (rank 0 hosts the
-/// store on an ephemeral port), and runs `body(rank, group)` in each.
-template <class Body>
-void with_group(learner_group_config base, Body body) {
+/// store on an ephemeral port), and runs `body(rank, group)` in each;
+/// `tweak(rank, config)` may set a rank's own options first.
+template <class Body, class Tweak>
+void with_group(learner_group_config base, Body body, Tweak tweak) {
   auto c0 = base;
   c0.rank = 0;
   c0.store_port = 0;
+  tweak(0, c0);
   auto g0 = learner_group::create(c0);
   ASSERT_TRUE(g0) << render(g0.error());
   auto port = g0->store_port();
@@ -150,12 +152,19 @@ void with_group(learner_group_config base, Body body) {
       auto c = base;
       c.rank = r;
       c.store_port = port;
+      tweak(r, c);
       auto g = learner_group::form(c);
       ASSERT_TRUE(g) << render(g.error());
       body(r, *g);
     });
   for (auto& t : threads)
     t.join();
+}
+
+/// with_group, every rank with `base`'s options.
+template <class Body>
+void with_group(learner_group_config base, Body body) {
+  with_group(base, std::move(body), [](int, learner_group_config&) {});
 }
 
 /// The error of `x`, none if it holds a value (error() alone is undefined
