@@ -49,13 +49,6 @@ void count_relay(relay_counter which) noexcept {
   }
 }
 
-std::uint64_t data_item::checksum() const {
-  std::call_once(once_, [this] {
-    sum_ = checksum64(bytes_.data(), bytes_.size());
-  });
-  return sum_;
-}
-
 std::shared_ptr<shm_segment> data_item::segment() const {
   std::call_once(seg_once_, [this] {
     seg_ = make_segment(bytes_.data(), bytes_.size());

@@ -178,9 +178,9 @@ struct shm_probe;
 class data_tls;
 class data_ready_table;
 
-/// Bytes queued for one or more peers; the checksum (or, for same-host
-/// peers, the shared-memory segment) is made once, by the first writer that
-/// needs it.
+/// Bytes queued for one or more peers; the checksum is kept by the first
+/// writer that computed it (later writers of the item send it without
+/// hashing), the same-host segment made once by the first that needs it.
 class data_item {
  public:
   /// Wraps `bytes` (shared, not copied).
@@ -193,8 +193,18 @@ class data_item {
     return bytes_;
   }
 
-  /// checksum64 of the bytes (thread-safe, computed once).
-  std::uint64_t checksum() const;
+  /// checksum64 of the bytes if a writer computed it already.
+  std::optional<std::uint64_t> known_checksum() const noexcept {
+    if (!has_sum_.load(std::memory_order_acquire))
+      return std::nullopt;
+    return sum_.load(std::memory_order_relaxed);
+  }
+
+  /// Keeps the checksum64 a writer computed while sending the bytes.
+  void keep_checksum(std::uint64_t sum) const noexcept {
+    sum_.store(sum, std::memory_order_relaxed);
+    has_sum_.store(true, std::memory_order_release);
+  }
 
   /// The bytes in a same-host memfd (thread-safe, written once; null if
   /// that failed).
@@ -202,8 +212,8 @@ class data_item {
 
  private:
   shared_bytes bytes_;
-  mutable std::once_flag once_;
-  mutable std::uint64_t sum_ = 0;
+  mutable std::atomic<bool> has_sum_{false};
+  mutable std::atomic<std::uint64_t> sum_{0};
   mutable std::once_flag seg_once_;
   mutable std::shared_ptr<shm_segment> seg_;
 };

@@ -169,10 +169,16 @@ void data_plane::run_reader(std::shared_ptr<in_link> link, unique_fd fd) {
       sum.update(buf.data() + off, static_cast<std::size_t>(n));
       off += static_cast<std::uint64_t>(n);
     }
-    if (!ok || sum.digest() != h->checksum) {
+    char trailer[data_trailer_size];
+    bool whole = ok
+      && read_exactly(link->fd, ssl, trailer, data_trailer_size)
+        == static_cast<long>(data_trailer_size);
+    if (!whole || sum.digest() != decode_trailer(trailer)) {
       link->budget->release(h->size);
-      torn(ok ? "checksum mismatch in transfer " + std::to_string(h->id)
-              : "cut after " + std::to_string(off) + " of "
+      torn(whole ? "checksum mismatch in transfer " + std::to_string(h->id)
+             : ok
+             ? "cut before the checksum of transfer " + std::to_string(h->id)
+             : "cut after " + std::to_string(off) + " of "
                + std::to_string(h->size) + " bytes");
       break;
     }

@@ -5,6 +5,46 @@ namespace dice::net {
 
 using namespace plane_detail;
 
+namespace {
+
+// Header, bytes, trailer. Unless another writer of the item already knows
+// the checksum, each piece is hashed just before it is written: in cache
+// for the kernel's copy, and without a whole pass over the bytes before
+// their first byte leaves (which the reader's hashing could not overlap).
+// Writers of one item never wait for each other.
+bool write_transfer(int fd, ssl_st* ssl, std::uint64_t id, std::uint32_t tag,
+                    const data_item& item) {
+  auto& bytes = item.bytes();
+  auto known = item.known_checksum();
+  auto hdr = encode_header(data_header{id, bytes.size(), tag});
+  checksum64_stream sum;
+  std::size_t off = 0;
+  do {
+    auto len = std::min(write_piece, bytes.size() - off);
+    auto piece = const_cast<std::uint8_t*>(bytes.data()) + off;
+    if (!known && len > 0)
+      sum.update(piece, len);
+    iovec iov[2];
+    int k = 0;
+    if (off == 0)
+      iov[k++] = iovec{hdr.data(), hdr.size()};
+    if (len > 0)
+      iov[k++] = iovec{piece, len};
+    if (!write_all(fd, ssl, iov, k))
+      return false;
+    off += len;
+  } while (off < bytes.size());
+  if (!known) {
+    known = sum.digest();
+    item.keep_checksum(*known);
+  }
+  auto trailer = encode_trailer(*known);
+  iovec tv{trailer.data(), trailer.size()};
+  return write_all(fd, ssl, &tv, 1);
+}
+
+} // namespace
+
 void data_plane::run_writer(std::shared_ptr<out_link> link, unique_fd fd) {
   std::string why = "closed";
   auto send_frame = [&](const std::array<char, data_header_size>& f) {
@@ -61,18 +101,12 @@ void data_plane::run_writer(std::shared_ptr<out_link> link, unique_fd fd) {
         continue;
       }
     }
-    auto hdr = encode_header(
-      data_header{job.id, bytes.size(), job.item->checksum(), job.tag});
-    iovec iov[2];
-    iov[0].iov_base = hdr.data();
-    iov[0].iov_len = hdr.size();
-    iov[1].iov_base = const_cast<std::uint8_t*>(bytes.data());
-    iov[1].iov_len = bytes.size();
     // Counted before the write: a receiver's answer to these bytes can then
     // never overtake the count (benchmarks read it at the answer).
     counters().bytes_sent += bytes.size();
     ++counters().transfers_sent;
-    if (!write_all(link->fd, link->ssl.get(), iov, bytes.size() > 0 ? 2 : 1)) {
+    if (!write_transfer(link->fd, link->ssl.get(), job.id, job.tag,
+                        *job.item)) {
       counters().bytes_sent -= bytes.size();
       --counters().transfers_sent;
       why = std::string{"write failed: "} + std::strerror(errno);

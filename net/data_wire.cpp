@@ -76,8 +76,17 @@ std::array<char, data_header_size> encode_header(const data_header& x) {
   put32(out.data() + 4, x.tag);
   put64(out.data() + 8, x.id);
   put64(out.data() + 16, x.size);
-  put64(out.data() + 24, x.checksum);
   return out;
+}
+
+std::array<char, data_trailer_size> encode_trailer(std::uint64_t checksum) {
+  std::array<char, data_trailer_size> out{};
+  put64(out.data(), checksum);
+  return out;
+}
+
+std::uint64_t decode_trailer(const char* data) {
+  return get64(data);
 }
 
 std::optional<data_header> decode_header(const char* data, std::size_t size) {
@@ -87,7 +96,8 @@ std::optional<data_header> decode_header(const char* data, std::size_t size) {
   x.tag = get32(data + 4);
   x.id = get64(data + 8);
   x.size = get64(data + 16);
-  x.checksum = get64(data + 24);
+  if (get64(data + 24) != 0)
+    return std::nullopt; // reserved
   return x;
 }
 

@@ -5,8 +5,9 @@
 //
 //   bind      44 B  "DBND" direction 0 0 0  node[4]  mac_d[32]    dialer
 //   ack       36 B  "DACK" mac_a[32]                               acceptor
-//   transfer  32 B  "DXFR" tag[4]  id[8]  size[8]  checksum[8]     writer
-//             then `size` bytes
+//   transfer  32 B  "DXFR" tag[4]  id[8]  size[8]  0[8]            writer
+//             then `size` bytes, then checksum[8] of them (a trailer:
+//             the writer hashes each piece as it writes it, v12)
 //   probe     32 B  "DPRB" 0 0 0 0  pid[4]  fd[4]  token[16]     writer
 //   probe ok  32 B  "DPOK" 0...                                   writer
 //   reference 32 B  "DREF" fd[4]  id[8]  size[8]  tag[8]          writer
@@ -40,6 +41,7 @@ inline constexpr std::size_t data_mac_size = 32;
 inline constexpr std::size_t data_bind_size = 44;
 inline constexpr std::size_t data_ack_size = 36;
 inline constexpr std::size_t data_header_size = 32;
+inline constexpr std::size_t data_trailer_size = 8;
 
 /// Direction byte of a bind: who writes transfers on the connection.
 inline constexpr std::uint8_t data_dialer_writes = 0;
@@ -71,10 +73,8 @@ std::optional<std::string> decode_ack(const char* data, std::size_t size);
 struct data_header {
   /// Transfer id (increasing per sending node).
   std::uint64_t id = 0;
-  /// Bytes that follow.
+  /// Bytes that follow (then the trailer).
   std::uint64_t size = 0;
-  /// checksum64 of those bytes.
-  std::uint64_t checksum = 0;
   /// 0, or the relay round the bytes belong to.
   std::uint32_t tag = 0;
 };
@@ -84,6 +84,12 @@ std::array<char, data_header_size> encode_header(const data_header& x);
 
 /// Decodes a transfer header; nullopt if malformed.
 std::optional<data_header> decode_header(const char* data, std::size_t size);
+
+/// The trailer after a transfer's bytes: their checksum64.
+std::array<char, data_trailer_size> encode_trailer(std::uint64_t checksum);
+
+/// The checksum in a trailer (`data_trailer_size` bytes).
+std::uint64_t decode_trailer(const char* data);
 
 /// What a 32-byte frame is, by its magic.
 enum class data_frame : std::uint8_t {

@@ -520,10 +520,14 @@ class DataPlaneFrames : public DataPlane {
     return fd;
   }
 
-  static std::string header(std::uint64_t id, std::uint64_t size,
-                            std::uint64_t sum) {
-    auto h = dice::net::encode_header({id, size, sum});
+  static std::string header(std::uint64_t id, std::uint64_t size) {
+    auto h = dice::net::encode_header({id, size, 0});
     return std::string{h.data(), h.size()};
+  }
+
+  static std::string trailer(std::uint64_t sum) {
+    auto t = dice::net::encode_trailer(sum);
+    return std::string{t.data(), t.size()};
   }
 };
 
@@ -532,7 +536,7 @@ TEST_F(DataPlaneFrames, AnOversizeAnnounceClosesTheConnection) {
   auto fd = bound_writer();
   ASSERT_GE(fd, 0);
   // 1 GiB announced to a plane that takes 4 MiB per transfer.
-  ASSERT_TRUE(send_bytes(fd, header(1, std::uint64_t{1} << 30, 0)));
+  ASSERT_TRUE(send_bytes(fd, header(1, std::uint64_t{1} << 30)));
   auto r = wait_closed(fd, 3000ms);
   EXPECT_TRUE(r.closed);
   EXPECT_EQ(r.bytes, 0u);
@@ -550,7 +554,7 @@ TEST_F(DataPlaneFrames, ATornTransferIsDroppedWhole) {
   // Cut in the middle of the body (a sender killed mid-transfer).
   auto fd = bound_writer();
   ASSERT_GE(fd, 0);
-  ASSERT_TRUE(send_bytes(fd, header(1, body.size(), sum) + half));
+  ASSERT_TRUE(send_bytes(fd, header(1, body.size()) + half));
   ::close(fd);
   auto got = take(*acceptor, 2, 1);
   EXPECT_FALSE(got);
@@ -559,13 +563,30 @@ TEST_F(DataPlaneFrames, ATornTransferIsDroppedWhole) {
   ASSERT_GE(fd, 0);
   std::string all(reinterpret_cast<const char*>(body.data()), body.size());
   all[12345] ^= 1;
-  ASSERT_TRUE(send_bytes(fd, header(1, body.size(), sum) + all));
+  ASSERT_TRUE(send_bytes(fd, header(1, body.size()) + all + trailer(sum)));
   auto r = wait_closed(fd, 3000ms);
   EXPECT_TRUE(r.closed);
   ::close(fd);
   EXPECT_FALSE(take(*acceptor, 2, 1));
+  // Whole and intact, but cut before its checksum.
+  all[12345] ^= 1;
+  fd = bound_writer();
+  ASSERT_GE(fd, 0);
+  ASSERT_TRUE(send_bytes(fd, header(1, body.size()) + all));
+  ::close(fd);
+  EXPECT_FALSE(take(*acceptor, 2, 1));
+  // A header whose reserved bytes are not 0 is malformed.
+  auto odd = header(1, body.size());
+  odd[31] = 1;
+  fd = bound_writer();
+  ASSERT_GE(fd, 0);
+  ASSERT_TRUE(send_bytes(fd, odd + all + trailer(sum)));
+  r = wait_closed(fd, 3000ms);
+  EXPECT_TRUE(r.closed);
+  ::close(fd);
+  EXPECT_FALSE(take(*acceptor, 2, 1));
   auto after = dice::net::data_stats();
-  EXPECT_EQ(after.torn - before.torn, 2u);
+  EXPECT_EQ(after.torn - before.torn, 4u);
   EXPECT_EQ(after.transfers_received, before.transfers_received);
 }
 

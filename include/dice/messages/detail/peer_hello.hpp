@@ -34,8 +34,10 @@ namespace dice {
 /// as they arrive, and an origin in auto relay mode asks receivers to echo
 /// `(relay, round, node, true)` after a direct send. 11: routers of a
 /// node with a secret skip their challenge (the preamble proved the secret
-/// on the connection; `router_config::preamble_proven`).
-inline constexpr std::uint32_t router_protocol_version = 11;
+/// on the connection; `router_config::preamble_proven`). 12: a data-plane
+/// transfer's checksum follows its bytes (a trailer, net/data_wire.hpp),
+/// so the writer hashes each piece as it sends it.
+inline constexpr std::uint32_t router_protocol_version = 12;
 
 /// The handshake between two nodes: who the node is, what it listens to,
 /// and whether its run is over.
