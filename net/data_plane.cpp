@@ -49,6 +49,23 @@ void count_relay(relay_counter which) noexcept {
   }
 }
 
+void data_item::hash_upto(std::size_t end) const {
+  std::lock_guard<std::mutex> guard{hash_mtx_};
+  if (!hash_)
+    hash_ = std::make_unique<checksum64_stream>();
+  end = std::min(end, bytes_.size());
+  if (end > hashed_) {
+    hash_->update(bytes_.data() + hashed_, end - hashed_);
+    hashed_ = end;
+  }
+}
+
+std::uint64_t data_item::checksum() const {
+  hash_upto(bytes_.size());
+  std::lock_guard<std::mutex> guard{hash_mtx_};
+  return hash_->digest();
+}
+
 std::shared_ptr<shm_segment> data_item::segment() const {
   std::call_once(seg_once_, [this] {
     seg_ = make_segment(bytes_.data(), bytes_.size());

@@ -35,6 +35,7 @@
 // checksum is dropped whole, never delivered. When no data connection is up
 // the router falls back to BASP chunks, with a warning and a counter.
 
+#include "dice/messages/detail/snapshot_chunk.hpp"
 #include "dice/messages/shared_bytes.hpp"
 #include "dice/process/unique_fd.hpp"
 #include "dice/security/auth.hpp"
@@ -178,9 +179,10 @@ struct shm_probe;
 class data_tls;
 class data_ready_table;
 
-/// Bytes queued for one or more peers; the checksum is kept by the first
-/// writer that computed it (later writers of the item send it without
-/// hashing), the same-host segment made once by the first that needs it.
+/// Bytes queued for one or more peers. Their checksum is computed once, in
+/// order, piece by piece, by whichever writer reaches a piece first (the
+/// others find it done; none waits for a slower peer's writer); the
+/// same-host segment is made once by the first writer that needs it.
 class data_item {
  public:
   /// Wraps `bytes` (shared, not copied).
@@ -193,18 +195,12 @@ class data_item {
     return bytes_;
   }
 
-  /// checksum64 of the bytes if a writer computed it already.
-  std::optional<std::uint64_t> known_checksum() const noexcept {
-    if (!has_sum_.load(std::memory_order_acquire))
-      return std::nullopt;
-    return sum_.load(std::memory_order_relaxed);
-  }
+  /// Hashes the bytes up to `end` unless done already (thread-safe; a
+  /// writer calls it before writing the bytes below `end`).
+  void hash_upto(std::size_t end) const;
 
-  /// Keeps the checksum64 a writer computed while sending the bytes.
-  void keep_checksum(std::uint64_t sum) const noexcept {
-    sum_.store(sum, std::memory_order_relaxed);
-    has_sum_.store(true, std::memory_order_release);
-  }
+  /// checksum64 of all the bytes (hashing what is left).
+  std::uint64_t checksum() const;
 
   /// The bytes in a same-host memfd (thread-safe, written once; null if
   /// that failed).
@@ -212,8 +208,9 @@ class data_item {
 
  private:
   shared_bytes bytes_;
-  mutable std::atomic<bool> has_sum_{false};
-  mutable std::atomic<std::uint64_t> sum_{0};
+  mutable std::mutex hash_mtx_;
+  mutable std::unique_ptr<checksum64_stream> hash_; // null until first use
+  mutable std::size_t hashed_ = 0;
   mutable std::once_flag seg_once_;
   mutable std::shared_ptr<shm_segment> seg_;
 };

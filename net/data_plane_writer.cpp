@@ -7,38 +7,29 @@ using namespace plane_detail;
 
 namespace {
 
-// Header, bytes, trailer. Unless another writer of the item already knows
-// the checksum, each piece is hashed just before it is written: in cache
-// for the kernel's copy, and without a whole pass over the bytes before
-// their first byte leaves (which the reader's hashing could not overlap).
-// Writers of one item never wait for each other.
+// Header, bytes, trailer. Each piece is hashed just before it is written
+// (in cache for the kernel's copy), once for all writers of the item, and
+// without a whole pass over the bytes before their first byte leaves,
+// which the reader's hashing could not overlap.
 bool write_transfer(int fd, ssl_st* ssl, std::uint64_t id, std::uint32_t tag,
                     const data_item& item) {
   auto& bytes = item.bytes();
-  auto known = item.known_checksum();
   auto hdr = encode_header(data_header{id, bytes.size(), tag});
-  checksum64_stream sum;
   std::size_t off = 0;
   do {
     auto len = std::min(write_piece, bytes.size() - off);
-    auto piece = const_cast<std::uint8_t*>(bytes.data()) + off;
-    if (!known && len > 0)
-      sum.update(piece, len);
+    item.hash_upto(off + len);
     iovec iov[2];
     int k = 0;
     if (off == 0)
       iov[k++] = iovec{hdr.data(), hdr.size()};
     if (len > 0)
-      iov[k++] = iovec{piece, len};
+      iov[k++] = iovec{const_cast<std::uint8_t*>(bytes.data()) + off, len};
     if (!write_all(fd, ssl, iov, k))
       return false;
     off += len;
   } while (off < bytes.size());
-  if (!known) {
-    known = sum.digest();
-    item.keep_checksum(*known);
-  }
-  auto trailer = encode_trailer(*known);
+  auto trailer = encode_trailer(item.checksum());
   iovec tv{trailer.data(), trailer.size()};
   return write_all(fd, ssl, &tv, 1);
 }
