@@ -103,11 +103,18 @@ void forward_to_peer(router_ptr self, const caf::actor& peer,
     send_forward(self, peer, topic, sender, msg);
     return;
   }
-  if (chunks.empty())
+  auto fresh = chunks.empty();
+  if (fresh)
     chunks = st.chunks.split(st.cfg.node, topic, sender,
-                             msg.get_as<model_snapshot>(1));
-  for (auto& c : chunks)
+                             msg.get_as<model_snapshot>(1), false);
+  for (auto& c : chunks) {
+    // Hashed just before it is sent, while the multiplexer serializes the
+    // chunks before it: no whole pass over the model before the first
+    // chunk leaves (the data plane's trailer, for the BASP fallback).
+    if (fresh)
+      snapshot_chunker::seal(c);
     to_peer(self, peer, forward_atom::value, c);
+  }
 }
 
 // Hands a new peer what was held or retained for its topics, through the

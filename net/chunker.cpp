@@ -21,7 +21,8 @@ bool snapshot_chunker::splits(const caf::message& msg) const {
 std::vector<snapshot_chunk> snapshot_chunker::split(std::uint32_t origin,
                                                     const std::string& topic,
                                                     std::uint32_t sender,
-                                                    const model_snapshot& x) {
+                                                    const model_snapshot& x,
+                                                    bool hash) {
   auto total = x.data.size();
   auto count = std::max<std::size_t>(1,
                                      (total + chunk_bytes_ - 1) / chunk_bytes_);
@@ -41,7 +42,8 @@ std::vector<snapshot_chunk> snapshot_chunker::split(std::uint32_t origin,
     auto len = std::min<std::size_t>(chunk_bytes_, total - c.offset);
     c.bytes = dice::chunk_bytes{x.data, static_cast<std::size_t>(c.offset),
                                 len};
-    c.checksum = checksum64(c.bytes.data(), len);
+    if (hash)
+      seal(c);
     if (i == 0) {
       c.header = x;
       c.header.data = shared_bytes{};
@@ -49,6 +51,10 @@ std::vector<snapshot_chunk> snapshot_chunker::split(std::uint32_t origin,
     result.push_back(std::move(c));
   }
   return result;
+}
+
+void snapshot_chunker::seal(snapshot_chunk& c) {
+  c.checksum = checksum64(c.bytes.data(), c.bytes.size());
 }
 
 void snapshot_chunker::drop(std::map<key, partial>::iterator i,

@@ -44,12 +44,16 @@ class snapshot_chunker {
   bool splits(const caf::message& msg) const;
 
   /// Splits `x` (published on `topic` by `sender`) into chunks that share
-  /// its buffer; `origin` is this router's node. Checksums are computed once
-  /// here, however many peers get the chunks.
+  /// its buffer; `origin` is this router's node. With `hash`, each chunk's
+  /// checksum is computed here; without, the caller seals each chunk before
+  /// it sends it (once, however many peers get the chunks).
   std::vector<snapshot_chunk> split(std::uint32_t origin,
                                     const std::string& topic,
                                     std::uint32_t sender,
-                                    const model_snapshot& x);
+                                    const model_snapshot& x, bool hash = true);
+
+  /// Computes a chunk's checksum (of a split without `hash`).
+  static void seal(snapshot_chunk& c);
 
   /// Takes a chunk from a peer; returns the snapshot once its last chunk
   /// arrived and every checksum matched. `node` names this node in logs.
