@@ -15,23 +15,27 @@ bool write_transfer(int fd, ssl_st* ssl, std::uint64_t id, std::uint32_t tag,
                     const data_item& item) {
   auto& bytes = item.bytes();
   auto hdr = encode_header(data_header{id, bytes.size(), tag});
+  std::array<char, data_trailer_size> trailer{};
   std::size_t off = 0;
   do {
     auto len = std::min(write_piece, bytes.size() - off);
     item.hash_upto(off + len);
-    iovec iov[2];
+    iovec iov[3];
     int k = 0;
     if (off == 0)
       iov[k++] = iovec{hdr.data(), hdr.size()};
     if (len > 0)
       iov[k++] = iovec{const_cast<std::uint8_t*>(bytes.data()) + off, len};
+    if (off + len == bytes.size()) {
+      // The last piece is hashed: the trailer leaves with it.
+      trailer = encode_trailer(item.checksum());
+      iov[k++] = iovec{trailer.data(), trailer.size()};
+    }
     if (!write_all(fd, ssl, iov, k))
       return false;
     off += len;
   } while (off < bytes.size());
-  auto trailer = encode_trailer(item.checksum());
-  iovec tv{trailer.data(), trailer.size()};
-  return write_all(fd, ssl, &tv, 1);
+  return true;
 }
 
 } // namespace
