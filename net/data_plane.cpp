@@ -32,6 +32,7 @@ data_counters data_stats() noexcept {
   x.segments_open = open_segments();
   x.segments_pooled = pooled_segments();
   x.shm_reused = reused_segments();
+  x.shm_borrowed = borrowed_segments();
   x.relay_rounds = c.relay_rounds.load();
   x.relay_forwarded = c.relay_forwarded.load();
   x.relay_fallbacks = c.relay_fallbacks.load();
@@ -50,6 +51,9 @@ void count_relay(relay_counter which) noexcept {
 }
 
 void data_item::hash_upto(std::size_t end) const {
+  std::uint64_t known = 0;
+  if (bytes_.known_checksum(known))
+    return; // hashed as they were built (snapshot_builder)
   std::lock_guard<std::mutex> guard{hash_mtx_};
   if (!hash_)
     hash_ = std::make_unique<checksum64_stream>();
@@ -61,6 +65,9 @@ void data_item::hash_upto(std::size_t end) const {
 }
 
 std::uint64_t data_item::checksum() const {
+  std::uint64_t known = 0;
+  if (bytes_.known_checksum(known))
+    return known;
   hash_upto(bytes_.size());
   std::lock_guard<std::mutex> guard{hash_mtx_};
   return hash_->digest();
@@ -68,7 +75,10 @@ std::uint64_t data_item::checksum() const {
 
 std::shared_ptr<shm_segment> data_item::segment() const {
   std::call_once(seg_once_, [this] {
-    seg_ = make_segment(bytes_.data(), bytes_.size());
+    // Bytes built in a memfd are shared as they are; others are copied in.
+    seg_ = share_block(bytes_);
+    if (!seg_)
+      seg_ = make_segment(bytes_.data(), bytes_.size());
   });
   return seg_;
 }

@@ -146,6 +146,9 @@ struct basic_data_counters {
   T segments_pooled{};
   /// Snapshots written into a pooled segment (no page allocation).
   T shm_reused{};
+  /// Snapshots shared straight from the memfd they were built in
+  /// (`writable_bytes::shareable`): no copy into a segment.
+  T shm_borrowed{};
   /// Relay broadcast (actors/router_relay.cpp): rounds an origin started,
   /// transfers a member forwarded for an origin, transfers an origin sent
   /// directly because a relay path failed (peer lost, a receiver's
@@ -179,10 +182,12 @@ struct shm_probe;
 class data_tls;
 class data_ready_table;
 
-/// Bytes queued for one or more peers. Their checksum is computed once, in
-/// order, piece by piece, by whichever writer reaches a piece first (the
-/// others find it done; none waits for a slower peer's writer); the
-/// same-host segment is made once by the first writer that needs it.
+/// Bytes queued for one or more peers. Their checksum is the one their
+/// builder computed as it wrote them (`shared_bytes::known_checksum`), or
+/// else computed once, in order, piece by piece, by whichever writer
+/// reaches a piece first (the others find it done; none waits for a slower
+/// peer's writer); the same-host segment is made once by the first writer
+/// that needs it.
 class data_item {
  public:
   /// Wraps `bytes` (shared, not copied).

@@ -75,8 +75,8 @@ void data_plane::run_writer(std::shared_ptr<out_link> link, unique_fd fd) {
     if (link->same_host && job.tag == 0) {
       if (auto seg = job.item->segment()) {
         auto frame = encode_ref(
-          data_ref{static_cast<std::uint32_t>(seg->fd.get()), job.id, seg->size,
-                   seg->tag});
+          data_ref{static_cast<std::uint32_t>(seg->fd_number()), job.id,
+                   seg->size, seg->tag});
         {
           std::lock_guard<std::mutex> guard{link->mtx};
           if (link->dead)

@@ -28,6 +28,8 @@ constexpr char magic[8] = {'D', 'I', 'C', 'E', 'S', 'H', 'M', '2'};
 // reader's view then never reaches past the end); the tag protocol
 // (data_shm.hpp) and the release replace F_SEAL_WRITE.
 constexpr int segment_seals = F_SEAL_SEAL | F_SEAL_SHRINK | F_SEAL_GROW;
+static_assert(header_bytes == dice::detail::shareable_header,
+              "a shareable block is a segment: same header");
 // The probe is never rewritten.
 constexpr int probe_seals = F_SEAL_SEAL | F_SEAL_SHRINK | F_SEAL_GROW
   | F_SEAL_WRITE;
@@ -35,6 +37,7 @@ constexpr off_t tag_offset = 8;
 
 std::atomic<std::uint64_t> segments{0};
 std::atomic<std::uint64_t> reused{0};
+std::atomic<std::uint64_t> borrowed{0};
 std::mutex segments_mtx;
 std::condition_variable segments_closed;
 
@@ -81,10 +84,15 @@ unique_fd open_peer_fd(pid_t pid, int fd) {
 void recycle(shm_segment* seg) {
   std::unique_ptr<shm_segment> owned{seg};
   std::unique_ptr<shm_segment> evicted;
+  if (owned->borrowed_fd >= 0 && !owned->reusable.load())
+    if (auto b = owned->owner.block())
+      b->retired = true; // closed with its last handle, never rewritten
   {
     std::lock_guard<std::mutex> guard{segments_mtx};
     if (--segments == 0)
       segments_closed.notify_all();
+    if (owned->borrowed_fd >= 0)
+      return; // the block's handle goes with `owned`
     if (!owned->reusable.load())
       return; // closed by `owned`, outside the pool
     if (pool.size() >= max_pooled_segments) {
@@ -177,6 +185,39 @@ std::shared_ptr<shm_segment> make_segment(const std::uint8_t* data,
   return std::shared_ptr<shm_segment>{seg.release(), recycle};
 }
 
+std::shared_ptr<shm_segment> share_block(const shared_bytes& bytes) {
+  auto b = bytes.block();
+  if (b == nullptr)
+    return nullptr;
+  std::unique_ptr<shm_segment> seg;
+  try {
+    seg = std::make_unique<shm_segment>();
+  } catch (const std::bad_alloc&) {
+    return nullptr;
+  }
+  seg->owner = bytes;
+  seg->borrowed_fd = b->fd;
+  seg->size = bytes.size();
+  {
+    // Its bytes are final (frozen): the header and then, after a fence,
+    // the tag, once for every peer and item that shares this content (a
+    // tag per item would fail a reference to it still on its way).
+    std::lock_guard<std::mutex> guard{b->mtx};
+    if (b->tag == 0) {
+      std::memcpy(b->base, magic, 8);
+      std::memcpy(b->base + 16, &seg->size, 8);
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+      b->tag = next_tag(b->last_tag);
+      b->last_tag = b->tag;
+      store_tag(b->base, b->tag);
+    }
+    seg->tag = b->tag;
+  }
+  ++segments;
+  ++borrowed;
+  return std::shared_ptr<shm_segment>{seg.release(), recycle};
+}
+
 shm_mapping::~shm_mapping() {
   if (addr != nullptr)
     ::munmap(const_cast<std::uint8_t*>(addr), len);
@@ -215,7 +256,9 @@ shm_views::find(pid_t pid, int fd, std::uint64_t size) {
   // file (no SIGBUS), whatever the peer does later.
   if ((::fcntl(in.get(), F_GET_SEALS) & segment_seals) != segment_seals)
     return fail("the peer's segment is not sealed");
-  if (static_cast<std::uint64_t>(st.st_size) != len)
+  // At least the header and the bytes: a block built for a snapshot may
+  // hold a few bytes of room after it (writable_bytes::shareable).
+  if (static_cast<std::uint64_t>(st.st_size) < len)
     return fail("the peer's segment has a wrong size or header");
   auto addr = ::mmap(nullptr, len, PROT_READ, MAP_SHARED | MAP_POPULATE,
                      in.get(), 0);
@@ -334,6 +377,10 @@ std::uint64_t open_segments() noexcept {
 
 std::uint64_t reused_segments() noexcept {
   return reused.load();
+}
+
+std::uint64_t borrowed_segments() noexcept {
+  return borrowed.load();
 }
 
 std::uint64_t pooled_segments() noexcept {

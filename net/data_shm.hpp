@@ -49,6 +49,15 @@ struct shm_segment {
   std::atomic<bool> reusable{true};
   /// A writable view of the whole file, made when it is first recycled.
   std::uint8_t* view = nullptr;
+  /// Set for a block's bytes shared as they are (`share_block`): they keep
+  /// the block, whose fd this is; such a segment is never pooled.
+  shared_bytes owner;
+  int borrowed_fd = -1;
+
+  /// The memfd's number in this process.
+  int fd_number() const noexcept {
+    return borrowed_fd >= 0 ? borrowed_fd : fd.get();
+  }
 
   ~shm_segment();
 };
@@ -57,6 +66,11 @@ struct shm_segment {
 /// null on failure.
 std::shared_ptr<shm_segment> make_segment(const std::uint8_t* data,
                                           std::size_t n);
+
+/// `bytes` as a segment without a copy, if they fill a memfd block
+/// (`writable_bytes::shareable`); null otherwise. Its header gets a tag once
+/// per content of the block; a lost peer's reference retires the block.
+std::shared_ptr<shm_segment> share_block(const shared_bytes& bytes);
 
 /// A read-only mapping of a peer's segment (unmapped with its last handle:
 /// the views that find it again, and the bytes handed out of it).
@@ -131,6 +145,9 @@ std::uint64_t open_segments() noexcept;
 
 /// Snapshots this process wrote into a recycled segment.
 std::uint64_t reused_segments() noexcept;
+
+/// Snapshots this process shared from the block they were built in.
+std::uint64_t borrowed_segments() noexcept;
 
 /// Idle segments in this process's pool (at most `max_pooled_segments`).
 std::uint64_t pooled_segments() noexcept;

@@ -8,6 +8,7 @@
 #include "dice/messages/context_delta.hpp"
 #include "dice/messages/detail/learner_group_hello.hpp"
 #include "dice/messages/detail/relay_reference.hpp"
+#include "dice/messages/detail/snapshot_chunk.hpp"
 #include "dice/messages/finish.hpp"
 #include "dice/messages/model_snapshot.hpp"
 #include "dice/messages/payload.hpp"
@@ -22,7 +23,9 @@
 #include "caf/make_message.hpp"
 #include "caf/message.hpp"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <atomic>
 #include <cstdint>
@@ -362,6 +365,9 @@ TEST_F(Messages, SnapshotPaddingIsZeroInARecycledBuffer) {
     {
       dice::writable_bytes dirty{total};
       std::memset(dirty.data(), 0xAA, dirty.size());
+      // What the builder takes its buffer from.
+      auto shareable = dice::writable_bytes::shareable(total);
+      std::memset(shareable.data(), 0xAA, shareable.size());
     }
     dice::snapshot_builder builder{total};
     builder.add("a", dice::dtype::uint8, {3}, a.data(), a.size());
@@ -395,6 +401,97 @@ TEST_F(Messages, ABuilderWithoutAReservationGrows) {
                           parts[i].size()),
               0)
       << "tensor " << i;
+}
+
+// A built snapshot knows the checksum64 of its bytes, alignment gaps
+// included, whether the builder reserved room or grew; copies and moves
+// keep it; bytes from anywhere else know none.
+TEST_F(Messages, ABuiltSnapshotKnowsTheChecksumOfItsBytes) {
+  auto a = pattern(3, 1);
+  auto b = pattern(100000, 2);
+  auto c = pattern((1 << 20) + 5, 3);
+  auto total = dice::snapshot_builder::padded(a.size())
+    + dice::snapshot_builder::padded(b.size())
+    + dice::snapshot_builder::padded(c.size());
+  for (std::size_t reserve : {total, std::size_t{0}}) {
+    dice::snapshot_builder builder{reserve};
+    for (auto* t : {&a, &b, &c})
+      builder.add("t" + std::to_string(t->size()), dice::dtype::uint8,
+                  {static_cast<std::int64_t>(t->size())}, t->data(), t->size());
+    auto x = builder.build(1, 0, 1, 0);
+    std::uint64_t sum = 0;
+    ASSERT_TRUE(x.data.known_checksum(sum)) << "reserved " << reserve;
+    EXPECT_EQ(sum, dice::checksum64(x.data.data(), x.data.size()));
+    auto copy = x.data;
+    std::uint64_t copied = 0;
+    EXPECT_TRUE(copy.known_checksum(copied));
+    EXPECT_EQ(copied, sum);
+    auto moved = std::move(copy);
+    EXPECT_TRUE(moved.known_checksum(copied));
+    EXPECT_FALSE(copy.known_checksum(copied)); // NOLINT: moved from
+  }
+  // The builder starts over after build(): the next snapshot's sum is its own.
+  dice::snapshot_builder builder{dice::snapshot_builder::padded(b.size())};
+  builder.add("b", dice::dtype::uint8, {static_cast<std::int64_t>(b.size())},
+              b.data(), b.size());
+  auto y = builder.build(1, 0, 1, 0);
+  builder.add("a", dice::dtype::uint8, {3}, a.data(), a.size());
+  auto z = builder.build(1, 0, 2, 0);
+  std::uint64_t sy = 0;
+  std::uint64_t sz = 0;
+  ASSERT_TRUE(y.data.known_checksum(sy));
+  ASSERT_TRUE(z.data.known_checksum(sz));
+  EXPECT_EQ(sy, dice::checksum64(b.data(), b.size()));
+  EXPECT_EQ(sz, dice::checksum64(a.data(), a.size()));
+  std::uint64_t none = 0;
+  EXPECT_FALSE(shared_bytes{pattern(1000)}.known_checksum(none));
+  EXPECT_FALSE(shared_bytes{dice::writable_bytes{1000}}.known_checksum(none));
+}
+
+// From 256 KiB on, shareable bytes fill a memfd sealed against resizing
+// (what a same-host peer maps), recycled by size with its header cleared;
+// a retired block is closed, never handed out again.
+TEST_F(Messages, ShareableBytesLiveInARecycledSealedMemfd) {
+  constexpr std::size_t n = (1 << 20) + 40;
+  auto inode = [](int fd) {
+    struct stat st;
+    return ::fstat(fd, &st) == 0 ? st.st_ino : ino_t{0};
+  };
+  ino_t first = 0;
+  {
+    shared_bytes x{dice::writable_bytes::shareable(n)};
+    ASSERT_EQ(x.size(), n);
+    auto b = x.block();
+    ASSERT_NE(b, nullptr);
+    struct stat st;
+    ASSERT_EQ(::fstat(b->fd, &st), 0);
+    EXPECT_EQ(static_cast<std::size_t>(st.st_size),
+              dice::detail::shareable_header + n);
+    constexpr int seals = F_SEAL_SEAL | F_SEAL_SHRINK | F_SEAL_GROW;
+    EXPECT_EQ(::fcntl(b->fd, F_GET_SEALS) & seals, seals);
+    first = st.st_ino;
+    auto copy = x;
+    EXPECT_EQ(copy.block(), b);
+    std::memset(b->base, 0x77, 64); // a header, as a send writes it
+    b->tag = 42;
+  }
+  {
+    shared_bytes y{dice::writable_bytes::shareable(n)};
+    auto b = y.block();
+    ASSERT_NE(b, nullptr);
+    EXPECT_EQ(inode(b->fd), first);
+    for (std::size_t i = 0; i < 64; ++i)
+      ASSERT_EQ(b->base[i], 0) << "header byte " << i;
+    EXPECT_EQ(b->tag, 0u);
+    b->retired = true;
+  }
+  shared_bytes z{dice::writable_bytes::shareable(n)};
+  ASSERT_NE(z.block(), nullptr);
+  EXPECT_NE(inode(z.block()->fd), first);
+  // Small buffers, and plain ones, are no block.
+  EXPECT_EQ(shared_bytes{dice::writable_bytes::shareable(1000)}.block(),
+            nullptr);
+  EXPECT_EQ(shared_bytes{dice::writable_bytes{n}}.block(), nullptr);
 }
 
 TEST_F(Messages, SharedBytesCopiesShareTheBuffer) {

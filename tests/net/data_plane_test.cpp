@@ -8,6 +8,7 @@
 
 #include "dice/logging/log.hpp"
 #include "dice/messages/detail/snapshot_chunk.hpp"
+#include "dice/messages/model_snapshot.hpp"
 #include "dice/security/auth.hpp"
 #include "dice/security/trust.hpp"
 #include "dice/type_ids.hpp"
@@ -27,6 +28,7 @@
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -318,6 +320,112 @@ TEST_F(DataPlane, SameHostBytesGoThroughOneRecycledSegment) {
   EXPECT_EQ(last.shm_reused - after.shm_reused, 1u);
   EXPECT_EQ(last.segments_pooled, 1u);
   EXPECT_EQ(last.bytes_sent, before.bytes_sent) << "body bytes on a socket";
+}
+
+// A snapshot built by snapshot_builder lives in a memfd already
+// (writable_bytes::shareable): a same-host peer maps those very pages, and
+// the sender copies nothing into a segment. The block is handed out for
+// new bytes only once every peer released it; a block a lost peer may
+// still read is closed, never handed out again.
+TEST_F(DataPlane, SameHostSnapshotsAreSharedFromThePagesTheyWereBuiltIn) {
+  acceptor->set_same_host(true);
+  dialer->set_same_host(true);
+  connect_planes();
+  ASSERT_TRUE(dialer->wait_same_host(1, 5s));
+  ASSERT_TRUE(acceptor->wait_same_host(2, 5s));
+  constexpr std::size_t n = (1 << 20) + 24; // a last tensor not 64-aligned
+  auto src = pattern(n, 9);
+  auto build = [&] {
+    dice::snapshot_builder b{dice::snapshot_builder::padded(n)};
+    b.add("w", dice::dtype::uint8, {static_cast<std::int64_t>(n)}, src.data(),
+          n);
+    return b.build(2, 0, 1, 0);
+  };
+  auto inode = [](const dice::shared_bytes& x) {
+    struct stat st;
+    return ::fstat(x.block()->fd, &st) == 0 ? st.st_ino : ino_t{0};
+  };
+  auto before = dice::net::data_stats();
+  auto x = build();
+  ASSERT_NE(x.data.block(), nullptr);
+  ASSERT_EQ(x.data.size(), n);
+  auto first = inode(x.data);
+  auto id = dialer->send(1, std::make_shared<dice::net::data_item>(x.data));
+  ASSERT_TRUE(id);
+  auto got = take(*acceptor, 2, *id);
+  ASSERT_TRUE(got) << caf::to_string(got.error());
+  ASSERT_EQ(got->size(), n);
+  EXPECT_EQ(std::memcmp(got->data(), src.data(), n), 0);
+  auto after = dice::net::data_stats();
+  EXPECT_EQ(after.shm_borrowed - before.shm_borrowed, 1u);
+  EXPECT_EQ(after.shm_reused, before.shm_reused) << "copied into a segment";
+  EXPECT_EQ(after.bytes_sent, before.bytes_sent) << "body bytes on a socket";
+  // The same pages, not a copy: a byte changed in the sender's block (only
+  // a test writes into frozen bytes) shows in the receiver's.
+  auto* mine = x.data.block()->base + dice::detail::shareable_header;
+  mine[77] ^= 0xFF;
+  EXPECT_EQ(got->data()[77], static_cast<std::uint8_t>(src.data()[77] ^ 0xFF));
+  mine[77] ^= 0xFF;
+  // Released and dropped: the next snapshot of that size is built in the
+  // same memfd, under a new tag, and arrives whole.
+  got = caf::error{};
+  EXPECT_TRUE(dialer->wait_released(1, 5s));
+  x = dice::model_snapshot{};
+  EXPECT_TRUE(dice::net::wait_segments_closed(5s));
+  auto y = build();
+  ASSERT_NE(y.data.block(), nullptr);
+  EXPECT_EQ(inode(y.data), first);
+  id = dialer->send(1, std::make_shared<dice::net::data_item>(y.data));
+  ASSERT_TRUE(id);
+  got = take(*acceptor, 2, *id);
+  ASSERT_TRUE(got) << caf::to_string(got.error());
+  EXPECT_EQ(std::memcmp(got->data(), src.data(), n), 0);
+  // The peer is lost while it holds the bytes: that block is never handed
+  // out again (it may still read it), so the next snapshot gets another.
+  dialer->drop_peer(1);
+  y = dice::model_snapshot{};
+  EXPECT_TRUE(dice::net::wait_segments_closed(5s));
+  auto z = build();
+  ASSERT_NE(z.data.block(), nullptr);
+  EXPECT_NE(inode(z.data), first);
+  EXPECT_EQ(std::memcmp(got->data(), src.data(), n), 0) << "held bytes changed";
+}
+
+// A snapshot knows the checksum its builder computed while copying the
+// tensors in, and the writer sends that one (no pass of its own over the
+// bytes); the reader still hashes what it reads, so bytes whose given
+// checksum is wrong are dropped, never delivered.
+TEST_F(DataPlane, TheWriterSendsTheBuildersChecksumAndTheReaderChecksIt) {
+  connect_planes();
+  ASSERT_TRUE(dialer->wait_sendable(1, 5s));
+  for (std::size_t n : {std::size_t{(1 << 20) + 3}, std::size_t{3 << 20}}) {
+    auto src = pattern(n, 4);
+    dice::snapshot_builder b{dice::snapshot_builder::padded(n)};
+    b.add("w", dice::dtype::uint8, {static_cast<std::int64_t>(n)}, src.data(),
+          n);
+    auto x = b.build(2, 0, 1, 0);
+    std::uint64_t sum = 0;
+    ASSERT_TRUE(x.data.known_checksum(sum));
+    auto id = dialer->send(1, std::make_shared<dice::net::data_item>(x.data));
+    ASSERT_TRUE(id);
+    auto got = take(*acceptor, 2, *id);
+    ASSERT_TRUE(got) << caf::to_string(got.error());
+    ASSERT_EQ(got->size(), n);
+    EXPECT_EQ(std::memcmp(got->data(), src.data(), n), 0);
+    if (n > (2 << 20)) {
+      // The same bytes under a checksum that is off by one bit.
+      auto before = dice::net::data_stats();
+      dice::writable_bytes w{n};
+      std::memcpy(w.data(), src.data(), n);
+      dice::shared_bytes wrong{std::move(w), sum ^ 1};
+      id = dialer->send(1, std::make_shared<dice::net::data_item>(wrong));
+      ASSERT_TRUE(id);
+      EXPECT_FALSE(take(*acceptor, 2, *id));
+      auto after = dice::net::data_stats();
+      EXPECT_EQ(after.torn - before.torn, 1u);
+      EXPECT_EQ(after.transfers_received, before.transfers_received);
+    }
+  }
 }
 
 TEST_F(DataPlane, AStrangerWithoutAProofOfTheSessionGetsNothing) {

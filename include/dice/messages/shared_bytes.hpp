@@ -7,8 +7,10 @@
 #include "caf/sec.hpp"
 #include "caf/serializer.hpp"
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -18,6 +20,45 @@ namespace dice {
 /// Largest byte buffer dice accepts from the wire (CAF 0.17's BASP frames are
 /// limited to 4 GiB; anything near that is a bug or an attack).
 constexpr std::uint64_t max_wire_bytes = std::uint64_t{2} << 30;
+
+namespace detail {
+
+/// Bytes before a shareable block's data: the same-host header
+/// (net/data_shm.cpp: magic, tag, size), zeroed whenever the block is
+/// handed out for new bytes.
+inline constexpr std::size_t shareable_header = 4096;
+
+/// A memfd of `shareable_header + size` bytes, sealed against resizing, and
+/// its read-write mapping: what `writable_bytes::shareable` hands out, so
+/// that a same-host peer maps the very pages the snapshot was built in.
+struct shareable_block {
+  /// The memfd (open while the block lives).
+  int fd = -1;
+  /// The mapping of the whole file, header first.
+  std::uint8_t* base = nullptr;
+  /// Bytes after the header.
+  std::size_t size = 0;
+  /// Guards `tag` and `last_tag` (the header's tag protocol).
+  std::mutex mtx;
+  /// Tag of the bytes it holds now (0: not shared yet).
+  std::uint64_t tag = 0;
+  /// The tag before (the next one differs from it).
+  std::uint64_t last_tag = 0;
+  /// Set when a peer may still read it: closed with its last handle, never
+  /// handed out again.
+  std::atomic<bool> retired{false};
+};
+
+/// Deleter of shareable bytes: the block goes back to a small pool (or is
+/// closed if retired).
+struct shareable_release {
+  /// The block the bytes live in.
+  shareable_block* block = nullptr;
+  /// Returns or closes the block.
+  void operator()(std::uint8_t*) const noexcept;
+};
+
+} // namespace detail
 
 /// Bytes that one owner fills before they are shared: they start
 /// uninitialized (no zero-fill pass over what is about to be overwritten),
@@ -31,6 +72,12 @@ class writable_bytes {
 
   /// `n` uninitialized bytes, 64-byte aligned (throws std::bad_alloc).
   explicit writable_bytes(std::size_t n);
+
+  /// `n` uninitialized bytes that a same-host peer can map instead of
+  /// receiving a copy: from 256 KiB up to 2 MiB they fill a recycled memfd
+  /// (`detail::shareable_block`); other sizes, or where memfds fail, are
+  /// `writable_bytes(n)`. snapshot_builder builds snapshots in these.
+  static writable_bytes shareable(std::size_t n);
 
   /// Takes the bytes; `other` is empty afterwards.
   writable_bytes(writable_bytes&& other) noexcept
@@ -146,8 +193,10 @@ class shared_bytes {
 
   /// Takes `other`'s handle; `other` is empty afterwards.
   shared_bytes(shared_bytes&& other) noexcept
-    : ptr_(std::move(other.ptr_)), size_(other.size_) {
+    : ptr_(std::move(other.ptr_)), size_(other.size_),
+      checksum_(other.checksum_), summed_(other.summed_) {
     other.size_ = 0;
+    other.summed_ = false;
   }
 
   /// Takes `other`'s handle; `other` is empty afterwards.
@@ -155,7 +204,10 @@ class shared_bytes {
     if (this != &other) {
       ptr_ = std::move(other.ptr_);
       size_ = other.size_;
+      checksum_ = other.checksum_;
+      summed_ = other.summed_;
       other.size_ = 0;
+      other.summed_ = false;
     }
     return *this;
   }
@@ -172,6 +224,21 @@ class shared_bytes {
   explicit shared_bytes(writable_bytes&& bytes) noexcept
     : ptr_(std::move(bytes.ptr_)), size_(bytes.size_) {
     bytes.size_ = 0;
+  }
+
+  /// Freezes `bytes` whose checksum64 (seed 0) their writer computed as it
+  /// wrote them (snapshot_builder), so that no sender hashes them again.
+  shared_bytes(writable_bytes&& bytes, std::uint64_t checksum) noexcept
+    : ptr_(std::move(bytes.ptr_)), size_(bytes.size_), checksum_(checksum),
+      summed_(true) {
+    bytes.size_ = 0;
+  }
+
+  /// checksum64 of the bytes if their writer gave it (else false).
+  bool known_checksum(std::uint64_t& out) const noexcept {
+    if (summed_)
+      out = checksum_;
+    return summed_;
   }
 
   /// First byte, or nullptr when empty.
@@ -192,6 +259,18 @@ class shared_bytes {
   /// How many handles share these bytes (for tests and diagnostics).
   long use_count() const noexcept {
     return ptr_.use_count();
+  }
+
+  /// The memfd block these bytes start, if they came from
+  /// `writable_bytes::shareable` (else null).
+  detail::shareable_block* block() const noexcept {
+    auto d = std::get_deleter<detail::shareable_release>(ptr_);
+    if (d == nullptr || d->block == nullptr || size_ == 0)
+      return nullptr;
+    auto b = d->block;
+    return ptr_.get() == b->base + detail::shareable_header && size_ <= b->size
+      ? b
+      : nullptr;
   }
 
   /// True if both handles point at the very same bytes in memory.
@@ -240,6 +319,8 @@ class shared_bytes {
  private:
   std::shared_ptr<const std::uint8_t> ptr_;
   std::size_t size_ = 0;
+  std::uint64_t checksum_ = 0;
+  bool summed_ = false;
 };
 
 } // namespace dice

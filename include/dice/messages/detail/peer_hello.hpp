@@ -36,8 +36,10 @@ namespace dice {
 /// node with a secret skip their challenge (the preamble proved the secret
 /// on the connection; `router_config::preamble_proven`). 12: a data-plane
 /// transfer's checksum follows its bytes (a trailer, net/data_wire.hpp),
-/// so the writer hashes each piece as it sends it.
-inline constexpr std::uint32_t router_protocol_version = 12;
+/// so the writer hashes each piece as it sends it. 13: a same-host segment
+/// may be longer than its header and bytes (a snapshot shared from the
+/// memfd it was built in, `writable_bytes::shareable`).
+inline constexpr std::uint32_t router_protocol_version = 13;
 
 /// The handshake between two nodes: who the node is, what it listens to,
 /// and whether its run is over.
