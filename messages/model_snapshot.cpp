@@ -1,7 +1,6 @@
 #include "dice/messages/model_snapshot.hpp"
 
 #include "dice/core/errc.hpp"
-#include "dice/messages/detail/snapshot_chunk.hpp"
 #include "dice/messages/finish.hpp"
 #include "dice/messages/storage_ref.hpp"
 #include "dice/security/trust.hpp"
@@ -131,15 +130,9 @@ std::size_t align_up(std::size_t n) {
 snapshot_builder::snapshot_builder(std::size_t total_bytes)
   // Shareable: a same-host peer maps these very pages (no copy into a
   // segment on the way out, net/data_shm.cpp).
-  : buf_(writable_bytes::shareable(total_bytes)),
-    sum_(std::make_unique<checksum64_stream>()) {
+  : buf_(writable_bytes::shareable(total_bytes)) {
   // nop
 }
-
-snapshot_builder::~snapshot_builder() = default;
-snapshot_builder::snapshot_builder(snapshot_builder&&) noexcept = default;
-snapshot_builder&
-snapshot_builder::operator=(snapshot_builder&&) noexcept = default;
 
 void snapshot_builder::add(std::string name, dtype type,
                            std::vector<std::int64_t> shape, const void* bytes,
@@ -155,17 +148,10 @@ void snapshot_builder::add(std::string name, dtype type,
   }
   // The padding is zeroed: the buffer is uninitialized, and no byte of this
   // process' heap may leave the node inside a snapshot.
-  if (!sum_)
-    sum_ = std::make_unique<checksum64_stream>();
-  if (offset > used_) {
+  if (offset > used_)
     std::memset(buf_.data() + used_, 0, offset - used_);
-    sum_->update(buf_.data() + used_, offset - used_);
-  }
-  // Hashed while copied (each block while in cache): the checksum the data
-  // plane sends costs no pass over the snapshot of its own, and none before
-  // its first byte leaves.
   if (nbytes > 0)
-    sum_->copy_update(buf_.data() + offset, bytes, nbytes);
+    std::memcpy(buf_.data() + offset, bytes, nbytes);
   used_ = end;
   index_.push_back(
     tensor_entry{std::move(name), type, std::move(shape), offset, nbytes});
@@ -182,13 +168,10 @@ model_snapshot snapshot_builder::build(std::uint32_t sender,
   result.send_time_ns = send_time_ns;
   result.index = std::move(index_);
   buf_.shrink(used_);
-  if (!sum_)
-    sum_ = std::make_unique<checksum64_stream>();
-  result.data = shared_bytes{std::move(buf_), sum_->digest()};
+  result.data = shared_bytes{std::move(buf_)};
   index_.clear();
   buf_ = writable_bytes{};
   used_ = 0;
-  sum_ = std::make_unique<checksum64_stream>();
   return result;
 }
 

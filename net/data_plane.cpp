@@ -51,9 +51,6 @@ void count_relay(relay_counter which) noexcept {
 }
 
 void data_item::hash_upto(std::size_t end) const {
-  std::uint64_t known = 0;
-  if (bytes_.known_checksum(known))
-    return; // hashed as they were built (snapshot_builder)
   std::lock_guard<std::mutex> guard{hash_mtx_};
   if (!hash_)
     hash_ = std::make_unique<checksum64_stream>();
@@ -65,9 +62,6 @@ void data_item::hash_upto(std::size_t end) const {
 }
 
 std::uint64_t data_item::checksum() const {
-  std::uint64_t known = 0;
-  if (bytes_.known_checksum(known))
-    return known;
   hash_upto(bytes_.size());
   std::lock_guard<std::mutex> guard{hash_mtx_};
   return hash_->digest();

@@ -182,12 +182,10 @@ struct shm_probe;
 class data_tls;
 class data_ready_table;
 
-/// Bytes queued for one or more peers. Their checksum is the one their
-/// builder computed as it wrote them (`shared_bytes::known_checksum`), or
-/// else computed once, in order, piece by piece, by whichever writer
-/// reaches a piece first (the others find it done; none waits for a slower
-/// peer's writer); the same-host segment is made once by the first writer
-/// that needs it.
+/// Bytes queued for one or more peers. Their checksum is computed once, in
+/// order, piece by piece, by whichever writer reaches a piece first (the
+/// others find it done; none waits for a slower peer's writer); the
+/// same-host segment is made once by the first writer that needs it.
 class data_item {
  public:
   /// Wraps `bytes` (shared, not copied).

@@ -8,7 +8,6 @@
 #include "dice/messages/context_delta.hpp"
 #include "dice/messages/detail/learner_group_hello.hpp"
 #include "dice/messages/detail/relay_reference.hpp"
-#include "dice/messages/detail/snapshot_chunk.hpp"
 #include "dice/messages/finish.hpp"
 #include "dice/messages/model_snapshot.hpp"
 #include "dice/messages/payload.hpp"
@@ -401,51 +400,6 @@ TEST_F(Messages, ABuilderWithoutAReservationGrows) {
                           parts[i].size()),
               0)
       << "tensor " << i;
-}
-
-// A built snapshot knows the checksum64 of its bytes, alignment gaps
-// included, whether the builder reserved room or grew; copies and moves
-// keep it; bytes from anywhere else know none.
-TEST_F(Messages, ABuiltSnapshotKnowsTheChecksumOfItsBytes) {
-  auto a = pattern(3, 1);
-  auto b = pattern(100000, 2);
-  auto c = pattern((1 << 20) + 5, 3);
-  auto total = dice::snapshot_builder::padded(a.size())
-    + dice::snapshot_builder::padded(b.size())
-    + dice::snapshot_builder::padded(c.size());
-  for (std::size_t reserve : {total, std::size_t{0}}) {
-    dice::snapshot_builder builder{reserve};
-    for (auto* t : {&a, &b, &c})
-      builder.add("t" + std::to_string(t->size()), dice::dtype::uint8,
-                  {static_cast<std::int64_t>(t->size())}, t->data(), t->size());
-    auto x = builder.build(1, 0, 1, 0);
-    std::uint64_t sum = 0;
-    ASSERT_TRUE(x.data.known_checksum(sum)) << "reserved " << reserve;
-    EXPECT_EQ(sum, dice::checksum64(x.data.data(), x.data.size()));
-    auto copy = x.data;
-    std::uint64_t copied = 0;
-    EXPECT_TRUE(copy.known_checksum(copied));
-    EXPECT_EQ(copied, sum);
-    auto moved = std::move(copy);
-    EXPECT_TRUE(moved.known_checksum(copied));
-    EXPECT_FALSE(copy.known_checksum(copied)); // NOLINT: moved from
-  }
-  // The builder starts over after build(): the next snapshot's sum is its own.
-  dice::snapshot_builder builder{dice::snapshot_builder::padded(b.size())};
-  builder.add("b", dice::dtype::uint8, {static_cast<std::int64_t>(b.size())},
-              b.data(), b.size());
-  auto y = builder.build(1, 0, 1, 0);
-  builder.add("a", dice::dtype::uint8, {3}, a.data(), a.size());
-  auto z = builder.build(1, 0, 2, 0);
-  std::uint64_t sy = 0;
-  std::uint64_t sz = 0;
-  ASSERT_TRUE(y.data.known_checksum(sy));
-  ASSERT_TRUE(z.data.known_checksum(sz));
-  EXPECT_EQ(sy, dice::checksum64(b.data(), b.size()));
-  EXPECT_EQ(sz, dice::checksum64(a.data(), a.size()));
-  std::uint64_t none = 0;
-  EXPECT_FALSE(shared_bytes{pattern(1000)}.known_checksum(none));
-  EXPECT_FALSE(shared_bytes{dice::writable_bytes{1000}}.known_checksum(none));
 }
 
 // From 256 KiB on, shareable bytes fill a memfd sealed against resizing

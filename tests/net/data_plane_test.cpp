@@ -391,43 +391,6 @@ TEST_F(DataPlane, SameHostSnapshotsAreSharedFromThePagesTheyWereBuiltIn) {
   EXPECT_EQ(std::memcmp(got->data(), src.data(), n), 0) << "held bytes changed";
 }
 
-// A snapshot knows the checksum its builder computed while copying the
-// tensors in, and the writer sends that one (no pass of its own over the
-// bytes); the reader still hashes what it reads, so bytes whose given
-// checksum is wrong are dropped, never delivered.
-TEST_F(DataPlane, TheWriterSendsTheBuildersChecksumAndTheReaderChecksIt) {
-  connect_planes();
-  ASSERT_TRUE(dialer->wait_sendable(1, 5s));
-  for (std::size_t n : {std::size_t{(1 << 20) + 3}, std::size_t{3 << 20}}) {
-    auto src = pattern(n, 4);
-    dice::snapshot_builder b{dice::snapshot_builder::padded(n)};
-    b.add("w", dice::dtype::uint8, {static_cast<std::int64_t>(n)}, src.data(),
-          n);
-    auto x = b.build(2, 0, 1, 0);
-    std::uint64_t sum = 0;
-    ASSERT_TRUE(x.data.known_checksum(sum));
-    auto id = dialer->send(1, std::make_shared<dice::net::data_item>(x.data));
-    ASSERT_TRUE(id);
-    auto got = take(*acceptor, 2, *id);
-    ASSERT_TRUE(got) << caf::to_string(got.error());
-    ASSERT_EQ(got->size(), n);
-    EXPECT_EQ(std::memcmp(got->data(), src.data(), n), 0);
-    if (n > (2 << 20)) {
-      // The same bytes under a checksum that is off by one bit.
-      auto before = dice::net::data_stats();
-      dice::writable_bytes w{n};
-      std::memcpy(w.data(), src.data(), n);
-      dice::shared_bytes wrong{std::move(w), sum ^ 1};
-      id = dialer->send(1, std::make_shared<dice::net::data_item>(wrong));
-      ASSERT_TRUE(id);
-      EXPECT_FALSE(take(*acceptor, 2, *id));
-      auto after = dice::net::data_stats();
-      EXPECT_EQ(after.torn - before.torn, 1u);
-      EXPECT_EQ(after.transfers_received, before.transfers_received);
-    }
-  }
-}
-
 TEST_F(DataPlane, AStrangerWithoutAProofOfTheSessionGetsNothing) {
   auto before = dice::net::data_stats();
   auto auth_before = dice::counter(dice::trust_event::auth_refused);

@@ -6,7 +6,6 @@
 #include "caf/meta/type_name.hpp"
 
 #include <cstdint>
-#include <memory>
 #include <string>
 #include <vector>
 
@@ -88,9 +87,6 @@ typename Inspector::result_type inspect(Inspector& f, model_snapshot& x) {
 /// before any byte is read.
 caf::error validate(const model_snapshot& x);
 
-/// Streams checksum64 (dice/messages/detail/snapshot_chunk.hpp).
-class checksum64_stream;
-
 /// Builds a snapshot index + buffer from raw tensors (used by the LibTorch
 /// codec and by tests); tensors are laid out back to back, 64-byte aligned.
 class snapshot_builder {
@@ -98,12 +94,6 @@ class snapshot_builder {
   /// Reserves room for `total_bytes` of tensor data (sum of `padded()`), in
   /// bytes same-host peers map (`writable_bytes::shareable`).
   explicit snapshot_builder(std::size_t total_bytes = 0);
-  /// Drops what was added and not built.
-  ~snapshot_builder();
-  /// Takes `other`'s tensors.
-  snapshot_builder(snapshot_builder&& other) noexcept;
-  /// Takes `other`'s tensors.
-  snapshot_builder& operator=(snapshot_builder&& other) noexcept;
 
   /// Room a tensor of `nbytes` takes in the buffer, alignment included.
   static std::size_t padded(std::size_t nbytes) noexcept {
@@ -114,9 +104,7 @@ class snapshot_builder {
   void add(std::string name, dtype type, std::vector<std::int64_t> shape,
            const void* bytes, std::size_t nbytes);
 
-  /// Finishes the snapshot; the builder is empty afterwards. Its bytes
-  /// know their checksum64, hashed as they were copied in (the data plane
-  /// sends it without a pass of its own, net/data_plane.hpp).
+  /// Finishes the snapshot; the builder is empty afterwards.
   model_snapshot build(std::uint32_t sender, std::uint64_t incarnation,
                        std::int64_t version, std::int64_t send_time_ns);
 
@@ -127,8 +115,6 @@ class snapshot_builder {
   // every model above glibc's mmap threshold.
   writable_bytes buf_;
   std::size_t used_ = 0;
-  // checksum64 of buf_[0, used_), fed as bytes are written.
-  std::unique_ptr<checksum64_stream> sum_;
 };
 
 } // namespace dice

@@ -193,10 +193,8 @@ class shared_bytes {
 
   /// Takes `other`'s handle; `other` is empty afterwards.
   shared_bytes(shared_bytes&& other) noexcept
-    : ptr_(std::move(other.ptr_)), size_(other.size_),
-      checksum_(other.checksum_), summed_(other.summed_) {
+    : ptr_(std::move(other.ptr_)), size_(other.size_) {
     other.size_ = 0;
-    other.summed_ = false;
   }
 
   /// Takes `other`'s handle; `other` is empty afterwards.
@@ -204,10 +202,7 @@ class shared_bytes {
     if (this != &other) {
       ptr_ = std::move(other.ptr_);
       size_ = other.size_;
-      checksum_ = other.checksum_;
-      summed_ = other.summed_;
       other.size_ = 0;
-      other.summed_ = false;
     }
     return *this;
   }
@@ -224,21 +219,6 @@ class shared_bytes {
   explicit shared_bytes(writable_bytes&& bytes) noexcept
     : ptr_(std::move(bytes.ptr_)), size_(bytes.size_) {
     bytes.size_ = 0;
-  }
-
-  /// Freezes `bytes` whose checksum64 (seed 0) their writer computed as it
-  /// wrote them (snapshot_builder), so that no sender hashes them again.
-  shared_bytes(writable_bytes&& bytes, std::uint64_t checksum) noexcept
-    : ptr_(std::move(bytes.ptr_)), size_(bytes.size_), checksum_(checksum),
-      summed_(true) {
-    bytes.size_ = 0;
-  }
-
-  /// checksum64 of the bytes if their writer gave it (else false).
-  bool known_checksum(std::uint64_t& out) const noexcept {
-    if (summed_)
-      out = checksum_;
-    return summed_;
   }
 
   /// First byte, or nullptr when empty.
@@ -319,8 +299,6 @@ class shared_bytes {
  private:
   std::shared_ptr<const std::uint8_t> ptr_;
   std::size_t size_ = 0;
-  std::uint64_t checksum_ = 0;
-  bool summed_ = false;
 };
 
 } // namespace dice

@@ -44,10 +44,6 @@ class checksum64_stream {
   /// Adds `n` more bytes.
   void update(const void* data, std::size_t n) noexcept;
 
-  /// Copies `n` bytes from `src` to `dst` and adds them, block by block
-  /// while each block is in cache (as copy_checksum64).
-  void copy_update(void* dst, const void* src, std::size_t n) noexcept;
-
   /// The checksum of everything added so far.
   std::uint64_t digest() const noexcept;
 
