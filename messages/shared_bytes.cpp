@@ -210,8 +210,12 @@ detail::shareable_block* new_block(std::size_t n) {
     ::close(fd);
     return nullptr;
   }
-  auto b = new (std::nothrow) detail::shareable_block;
-  if (b == nullptr) {
+  // Plain new (not nothrow): close_block's delete must match it, also in
+  // programs that replace the global operators.
+  detail::shareable_block* b = nullptr;
+  try {
+    b = new detail::shareable_block;
+  } catch (const std::bad_alloc&) {
     ::munmap(base, len);
     ::close(fd);
     return nullptr;
