@@ -84,14 +84,14 @@ unique_fd open_peer_fd(pid_t pid, int fd) {
 void recycle(shm_segment* seg) {
   std::unique_ptr<shm_segment> owned{seg};
   std::unique_ptr<shm_segment> evicted;
-  if (owned->borrowed_fd >= 0 && !owned->reusable.load())
-    if (auto b = owned->owner.block())
-      b->retired = true; // closed with its last handle, never rewritten
+  auto block = owned->owner.block();
+  if (block != nullptr && !owned->reusable.load())
+    block->retired = true; // closed with its last handle, never rewritten
   {
     std::lock_guard<std::mutex> guard{segments_mtx};
     if (--segments == 0)
       segments_closed.notify_all();
-    if (owned->borrowed_fd >= 0)
+    if (block != nullptr)
       return; // the block's handle goes with `owned`
     if (!owned->reusable.load())
       return; // closed by `owned`, outside the pool
@@ -196,7 +196,6 @@ std::shared_ptr<shm_segment> share_block(const shared_bytes& bytes) {
     return nullptr;
   }
   seg->owner = bytes;
-  seg->borrowed_fd = b->fd;
   seg->size = bytes.size();
   {
     // Its bytes are final (frozen): the header and then, after a fence,

@@ -50,13 +50,14 @@ struct shm_segment {
   /// A writable view of the whole file, made when it is first recycled.
   std::uint8_t* view = nullptr;
   /// Set for a block's bytes shared as they are (`share_block`): they keep
-  /// the block, whose fd this is; such a segment is never pooled.
+  /// the block, whose memfd this segment is; such a segment is never
+  /// pooled.
   shared_bytes owner;
-  int borrowed_fd = -1;
 
   /// The memfd's number in this process.
   int fd_number() const noexcept {
-    return borrowed_fd >= 0 ? borrowed_fd : fd.get();
+    auto b = owner.block();
+    return b != nullptr ? b->fd : fd.get();
   }
 
   ~shm_segment();
