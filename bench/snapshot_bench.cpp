@@ -188,72 +188,99 @@ long rss_kb() {
   return resident * (::sysconf(_SC_PAGESIZE) / 1024);
 }
 
-// A 6.8 MB snapshot published on a local router with N receivers that keep it:
-// time per round and memory it adds (both should not grow with N).
-void BM_fanout(benchmark::State& state) {
+// The hub of the floor row: what CAF alone costs to hand one message to N
+// actors, each delivery the router's own call (`unsafe_send_as`), with no
+// topic, peer or retention logic.
+caf::behavior plain_hub(caf::event_based_actor* self,
+                        std::shared_ptr<std::vector<caf::actor>> members) {
+  return {[=](dice::publish_atom, const std::string&, std::uint32_t,
+              const caf::message& msg) {
+    for (auto& m : *members)
+      caf::unsafe_send_as(self, m, msg);
+  }};
+}
+
+// A 6.8 MB snapshot published to N local receivers that keep it: time per
+// round and memory it adds (both should not grow with N). `plain` swaps the
+// router for plain_hub: the floor CAF's scheduler sets for the same rounds.
+void fanout(benchmark::State& state, bool plain) {
   caf::actor_system_config cfg;
   dice::add_message_types(cfg);
   // CAF's workers as every RL node runs them (dice::rl::run_config): an idle
   // worker waits on its condition variable, which a message wakes, instead
   // of polling 500 times 50 us apart. With the polling, a round (~110 us)
   // was mostly those sleeps, which hid what each receiver costs; without,
-  // a round is ~40 us. DICE_BENCH_IDLE_POLL=1 keeps CAF's defaults.
+  // a round is ~35 us. DICE_BENCH_IDLE_POLL=1 keeps CAF's defaults.
   if (std::getenv("DICE_BENCH_IDLE_POLL") == nullptr) {
     cfg.set("work-stealing.aggressive-poll-attempts", 0);
     cfg.set("work-stealing.moderate-poll-attempts", 0);
   }
   caf::actor_system sys{cfg};
   auto n = state.range(0);
-  dice::router_config bc;
-  auto router = dice::spawn_router(sys, bc);
   caf::scoped_actor self{sys};
-  std::vector<caf::actor> members;
+  auto members = std::make_shared<std::vector<caf::actor>>();
   // The member that takes the round's last delivery says done: one wake-up
   // of the timing thread a round whatever N (N acks to one blocking thread
   // timed the harness: each woke it once).
   auto left = std::make_shared<std::atomic<std::int64_t>>(0);
-  for (std::int64_t i = 0; i < n; ++i) {
-    members.push_back(sys.spawn([self_ = caf::actor{self}, left](
-                                  caf::event_based_actor* me) -> caf::behavior {
-      auto kept = std::make_shared<dice::model_snapshot>();
-      return {[=](const std::string&, const dice::model_snapshot& x) {
-        *kept = x; // holds the snapshot like a model cache
-        if (left->fetch_sub(1) == 1)
-          me->send(self_, dice::done_atom::value);
-      }};
-    }));
-    self->send(router, dice::join_atom::value, std::uint32_t(10 + i),
-               dice::role_set{}, members.back(),
-               std::vector<std::string>{"model"});
-  }
   for (std::int64_t i = 0; i < n; ++i)
-    self->receive([](const std::vector<dice::finish>&) {});
+    members->push_back(
+      sys.spawn([self_ = caf::actor{self},
+                 left](caf::event_based_actor* me) -> caf::behavior {
+        auto kept = std::make_shared<dice::model_snapshot>();
+        return {[=](const std::string&, const dice::model_snapshot& x) {
+          *kept = x; // holds the snapshot like a model cache
+          if (left->fetch_sub(1) == 1)
+            me->send(self_, dice::done_atom::value);
+        }};
+      }));
+  caf::actor hub;
+  if (plain) {
+    hub = sys.spawn(plain_hub, members);
+  } else {
+    dice::router_config bc;
+    hub = caf::actor_cast<caf::actor>(dice::spawn_router(sys, bc));
+    for (std::int64_t i = 0; i < n; ++i)
+      self->send(hub, dice::join_atom::value, std::uint32_t(10 + i),
+                 dice::role_set{}, (*members)[i],
+                 std::vector<std::string>{"model"});
+    for (std::int64_t i = 0; i < n; ++i)
+      self->receive([](const std::vector<dice::finish>&) {});
+  }
   blob m{6'800'000};
   auto x = dice::to_snapshot(m);
-  long peak = 0;
+  // Memory is read around the whole loop, not each round: two reads of
+  // /proc a round were a third of the round's time, the same for every N,
+  // which shrank the ratios. What N receivers hold stays held after it.
+  auto before = rss_kb();
   for (auto _ : state) {
-    auto before = rss_kb();
     left->store(n);
-    self->send(router, dice::publish_atom::value, std::string{"model"},
+    self->send(hub, dice::publish_atom::value, std::string{"model"},
                std::uint32_t{1}, caf::make_message(std::string{"model"}, *x));
     self->receive([](dice::done_atom) {});
-    peak = std::max(peak, rss_kb() - before);
   }
-  state.counters["rss_added_kb"] = static_cast<double>(peak);
-  for (auto& mbr : members)
+  state.counters["rss_added_kb"] = static_cast<double>(rss_kb() - before);
+  for (auto& mbr : *members)
     self->send_exit(mbr, caf::exit_reason::user_shutdown);
-  self->send_exit(router, caf::exit_reason::user_shutdown);
+  self->send_exit(hub, caf::exit_reason::user_shutdown);
 }
-// Rounds take ~0.1 ms, so one scheduler hiccup on a busy 2-core machine
+
+void BM_fanout(benchmark::State& state) {
+  fanout(state, false);
+}
+
+void BM_fanout_plain_caf(benchmark::State& state) {
+  fanout(state, true);
+}
+
+// Rounds take ~0.04 ms, so one scheduler hiccup on a busy 2-core machine
 // moves a single run by 30%: bench/run reads the median of 7 repetitions.
-BENCHMARK(BM_fanout)
-  ->Arg(1)
-  ->Arg(4)
-  ->Arg(16)
-  ->Repetitions(7)
-  ->ReportAggregatesOnly(true)
-  ->Unit(benchmark::kMicrosecond)
-  ->UseRealTime();
+void fanout_args(benchmark::internal::Benchmark* b) {
+  b->Arg(1)->Arg(4)->Arg(16)->Repetitions(7)->ReportAggregatesOnly(true);
+  b->Unit(benchmark::kMicrosecond)->UseRealTime();
+}
+BENCHMARK(BM_fanout)->Apply(fanout_args);
+BENCHMARK(BM_fanout_plain_caf)->Apply(fanout_args);
 
 } // namespace
 
