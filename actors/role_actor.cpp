@@ -129,20 +129,19 @@ role_behavior(role_actor::stateful_pointer<role_state> self, role_config cfg,
       if (!from_self(self, "a deadline"))
         return;
       auto& st = self->state;
-      if (st.stopped) {
-        if (id == st.drain_id) {
-          log::warning(st.cfg.node,
-                       st.released
-                         ? "loads or acknowledgements still outstanding at "
-                           "the drain timeout; stopping anyway"
-                         : "not every peer finished within the drain "
-                           "timeout; stopping anyway");
-          st.quit_now();
-        }
+      if (id != drain_timer_id) {
+        st.on_wait_timer();
         return;
       }
-      if (st.pending && id == st.wait_id)
-        st.resume(wait_outcome::timed_out);
+      if (st.stopped) {
+        log::warning(st.cfg.node,
+                     st.released
+                       ? "loads or acknowledgements still outstanding at "
+                         "the drain timeout; stopping anyway"
+                       : "not every peer finished within the drain "
+                         "timeout; stopping anyway");
+        st.quit_now();
+      }
     },
     [=](timer_atom, std::uint64_t id) {
       if (from_self(self, "a timer"))

@@ -19,6 +19,11 @@
 
 namespace dice {
 
+/// Id of the deadline messages that end waits (role_state::wait_timers).
+constexpr std::uint64_t wait_timer_id = 0;
+/// Id of the drain deadline message (role_state::stop).
+constexpr std::uint64_t drain_timer_id = 1;
+
 /// State of a role actor; implements the services middleware sees.
 struct role_state : node_services {
   role_state(role_actor::stateful_pointer<role_state> self);
@@ -81,6 +86,14 @@ struct role_state : node_services {
 
   /// Ends the pending wait with `outcome` and goes on.
   void resume(wait_outcome outcome);
+
+  /// Makes `t` the pending wait's deadline; schedules a deadline message
+  /// only if none in flight is due by then.
+  void arm_deadline(caf::actor_clock::time_point t);
+
+  /// A wait deadline message arrived: times the wait out if its deadline
+  /// passed, else re-arms for it.
+  void on_wait_timer();
 
   /// Delivers a value that arrived on a topic.
   void dispatch(const std::string& topic, const detail::topic_value& x);
@@ -145,8 +158,11 @@ struct role_state : node_services {
   std::size_t cursor = 0;
   /// The wait in progress, if any.
   std::optional<wait_for> pending;
-  /// Identifies the pending wait's deadline message.
-  std::uint64_t wait_id = 0;
+  /// When the pending wait times out (max: never).
+  caf::actor_clock::time_point wait_deadline{
+    caf::actor_clock::time_point::max()};
+  /// Due times of the wait deadline messages in flight, the next one last.
+  std::vector<caf::actor_clock::time_point> wait_timers;
   /// Joined the router (its subscriptions are known).
   bool joined = false;
   /// Got `start_atom` (or does not need it).
@@ -163,8 +179,6 @@ struct role_state : node_services {
   std::vector<caf::actor> flush_targets;
   /// Flush answers still outstanding.
   std::size_t pending_flushes = 0;
-  /// Identifies the drain deadline message.
-  std::uint64_t drain_id = 0;
   /// This node already told the router that the run is over.
   bool finish_sent = false;
   /// The finish this node decided on; it goes to the router from stop(), after
