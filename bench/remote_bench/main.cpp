@@ -1,6 +1,7 @@
 // Multi-process figures over loopback, each with its baseline measured by
 // the same program in the same run (bench/run drives it):
-//   remote_bench tcp --size S --rounds R         raw TCP, one stream
+//   remote_bench tcp --size S --rounds R [--collectors N]  raw TCP, one
+//     stream to each of N receivers (default 1)
 //   remote_bench snapshot --collectors N --size S --rounds R [--path P]
 //     P = data (default): nodes as dice runs them (preamble, data plane)
 //     with the same-host shortcut off (bytes on the data connection);
@@ -31,6 +32,7 @@
 
 #include "remote_bench.hpp"
 
+#include <algorithm>
 #include <string>
 #include <variant>
 #include <vector>
@@ -92,7 +94,7 @@ const std::vector<dice::bench::option_spec> specs{
 };
 
 const std::vector<dice::bench::mode_spec> modes{
-  {"tcp", "raw TCP, one stream (the snapshot figures' baseline)"},
+  {"tcp", "raw TCP, one stream per receiver (the snapshot figures' baseline)"},
   {"snapshot", "model snapshots from the learner to N collectors"},
   {"context", "context deltas from N collectors to the learner"},
   {"relay", "snapshots to N collectors in a mesh, relay on or off"},
@@ -116,7 +118,8 @@ int main(int argc, char** argv) {
   idle_poll = num("idle-poll", 1) != 0;
   auto& mode = given.mode();
   if (mode == "tcp")
-    return tcp_main(num("size", 6'800'000), num("rounds", 10));
+    return tcp_main(num("size", 6'800'000), num("rounds", 10),
+                    std::max(1L, num("collectors", 1)));
   if (mode == "collector")
     return collector_main();
   if (mode == "snapshot")

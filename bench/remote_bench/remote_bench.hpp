@@ -140,7 +140,7 @@ dice::model_snapshot make_snapshot(long size);
 
 /// The modes: each returns the process's exit code; those that start
 /// collectors pass `argv` (after the mode) on to them.
-int tcp_main(long size, long rounds);
+int tcp_main(long size, long rounds, long receivers);
 int snapshot_main(int argc, char** argv);
 int context_main(int argc, char** argv);
 int collector_main();
