@@ -59,11 +59,12 @@ inline constexpr std::size_t max_sessions = 1024;
 // How long a session may bind its data connections after the hello.
 inline constexpr auto session_lifetime = std::chrono::seconds{30};
 
-// Bytes read (and hashed while in cache) per recv call. Small: a recv
-// holds the socket's lock while it copies, and segments that arrive
-// meanwhile wait in the backlog until it returns, so the sender stalls on
-// a window that is already free; a small piece is also still in L1/L2
-// when it is hashed. Picked by measurement (remote_bench, binaries with
+// Bytes read (and hashed while in cache) per recv call. Small, because a
+// recv owns the socket while it copies: segments that arrive meanwhile
+// wait in its backlog and the room it frees is announced when it returns,
+// so the sender can stall on a window already free (the likely reason,
+// not traced in the kernel); a small piece is also still in L1/L2 when it
+// is hashed. Picked by measurement (remote_bench, binaries with
 // 4 MiB and 64 KiB pieces alternately, ms a round, issue 25): 100 MB to
 // one collector 35-64 -> 23-25, 6.8 MB to one 1.95-2.27 -> 1.69-2.13, to
 // three (medians of 5 sets) 5.14 -> 4.83, 1 MB unchanged; 32 and 128 KiB
