@@ -515,7 +515,13 @@ TEST_F(DataPlane, ThousandsOfMalformedBindsLogAFewLines) {
     ASSERT_TRUE(r.closed) << i;
   }
   EXPECT_EQ(dice::net::data_stats().refused - before.refused, n);
-  EXPECT_EQ(logs.count("malformed bind frame"), 2u);
+  // The sampler is process-wide and keyed by the peer's host: when the
+  // tests before this one in the same process refused a bind from
+  // 127.0.0.1 (AStrangerWithoutAProofOfTheSessionGetsNothing does), the
+  // first line is theirs and only the 1025th is this test's.
+  auto lines = logs.count("malformed bind frame");
+  EXPECT_GE(lines, 1u);
+  EXPECT_LE(lines, 2u);
   EXPECT_EQ(logs.count("(1025 such; every 1024th is logged)"), 1u);
 }
 
