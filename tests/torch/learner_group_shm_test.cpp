@@ -36,9 +36,7 @@ using detail::shm_offer;
 // that scripts/install-deps installs). What is compared is the exchange.
 caf::error drawn_step(learner_group& g, tiny_net& net,
                       torch::optim::Optimizer& opt, int rank, int step) {
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(
-    7 * 1000003 + static_cast<std::uint64_t>(rank) * 1009
-    + static_cast<std::uint64_t>(step));
+  auto gen = step_generator(rank, step);
   for (auto& p : net->parameters())
     p.mutable_grad() = torch::randn(p.sizes(), gen);
   if (auto err = g.all_reduce_gradients(*net))

@@ -91,14 +91,20 @@ inline tiny_net make_net(std::uint64_t seed) {
   return tiny_net{};
 }
 
+/// A generator only this rank and step draw from.
+inline at::Generator step_generator(int rank, int step,
+                                    std::uint64_t seed = 7) {
+  return at::make_generator<at::CPUGeneratorImpl>(
+    seed * 1000003 + static_cast<std::uint64_t>(rank) * 1009
+    + static_cast<std::uint64_t>(step));
+}
+
 /// One step of regression on data only this rank and step see: forward,
 /// backward, the group's gradient average, then the optimizer.
 inline caf::error train_step(learner_group& g, tiny_net& net,
                              torch::optim::Optimizer& opt, int rank, int step,
                              std::uint64_t seed = 7) {
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(
-    seed * 1000003 + static_cast<std::uint64_t>(rank) * 1009
-    + static_cast<std::uint64_t>(step));
+  auto gen = step_generator(rank, step, seed);
   auto x = torch::randn({32, 16}, gen);
   auto y = torch::randn({32, 4}, gen);
   opt.zero_grad();
