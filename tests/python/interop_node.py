@@ -88,6 +88,9 @@ def main(args):
             initial = float(net.bias[0])
 
             def watch(ctx):
+                # As the C++ twin: --quiet reads no bias unless it must.
+                if args.quiet and not args.finish_when_trained:
+                    return
                 bias = float(net.bias[0])
                 say(f"[node {node}] evaluator bias {bias} "
                     f"train_iter {ctx.train_iter}", flush=True)
@@ -99,8 +102,9 @@ def main(args):
             task.use(watch)
         else:
             def collect(ctx):
-                say(f"[node {node}] collector bias {float(net.bias[0])}",
-                    flush=True)
+                if not args.quiet:
+                    print(f"[node {node}] collector bias {float(net.bias[0])}",
+                          flush=True)
                 if args.fail_once and task.restarts == 0 and ctx.total_step == 1:
                     raise RuntimeError(f"node {node} fails once")
                 if args.items:
