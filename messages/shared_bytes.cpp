@@ -7,6 +7,7 @@
 #include <cstring>
 #include <mutex>
 #include <new>
+#include <optional>
 #include <vector>
 
 namespace dice {
@@ -36,46 +37,83 @@ constexpr std::size_t pool_max = 64;
 // keeps at most `pool_cap` bytes.
 constexpr std::size_t pool_cap = std::size_t{512} << 20;
 
-struct pool {
-  std::mutex mtx;
-  std::vector<std::pair<void*, std::size_t>> free;
-  std::size_t bytes = 0;
+// Idle buffers kept for the next request of the same size (a model's
+// snapshot has the same size every round), newest first, the oldest
+// evicted beyond `max_items` or pool_cap bytes. One for the mappings, one
+// for the shareable memfd blocks: `Traits` says how big an item is and how
+// it is freed.
+template <class Traits>
+class size_pool {
+ public:
+  using item = typename Traits::item;
 
-  void* take(std::size_t len) {
-    std::lock_guard<std::mutex> guard{mtx};
-    for (auto i = free.begin(); i != free.end(); ++i)
-      if (i->second == len) {
-        auto base = i->first;
-        bytes -= len;
-        free.erase(i);
-        return base;
-      }
-    return nullptr;
+  explicit size_pool(std::size_t max_items) : max_items_(max_items) {
+    // nop
   }
 
-  void give(void* base, std::size_t len) {
+  /// An idle item of exactly `n` bytes, or none.
+  std::optional<item> take(std::size_t n) {
+    std::lock_guard<std::mutex> guard{mtx_};
+    for (auto i = free_.rbegin(); i != free_.rend(); ++i)
+      if (Traits::size(*i) == n) {
+        auto x = *i;
+        free_.erase(std::next(i).base());
+        bytes_ -= n;
+        return x;
+      }
+    return std::nullopt;
+  }
+
+  /// Keeps `x` for later, or frees it if it alone exceeds the cap.
+  void give(item x) {
+    std::vector<item> evicted;
+    bool keep = Traits::size(x) <= pool_cap;
     {
-      std::lock_guard<std::mutex> guard{mtx};
-      if (len <= pool_cap) {
-        // Make room by dropping the oldest buffers (other sizes).
-        while ((bytes + len > pool_cap || free.size() >= pool_max)
-               && !free.empty()) {
-          ::munmap(free.front().first, free.front().second);
-          bytes -= free.front().second;
-          free.erase(free.begin());
-        }
-        free.emplace_back(base, len);
-        bytes += len;
-        return;
+      std::lock_guard<std::mutex> guard{mtx_};
+      while (keep && !free_.empty()
+             && (bytes_ + Traits::size(x) > pool_cap
+                 || free_.size() >= max_items_)) {
+        evicted.push_back(free_.front());
+        bytes_ -= Traits::size(free_.front());
+        free_.erase(free_.begin());
+      }
+      if (keep) {
+        free_.push_back(x);
+        bytes_ += Traits::size(x);
       }
     }
-    ::munmap(base, len);
+    // Freed outside the lock: munmap and close take their time.
+    for (auto& y : evicted)
+      Traits::release(y);
+    if (!keep)
+      Traits::release(x);
+  }
+
+ private:
+  std::mutex mtx_;
+  std::vector<item> free_; // oldest first
+  std::size_t bytes_ = 0;
+  std::size_t max_items_;
+};
+
+struct mapping {
+  void* base;
+  std::size_t len;
+};
+
+struct mapping_traits {
+  using item = mapping;
+  static std::size_t size(const mapping& x) noexcept {
+    return x.len;
+  }
+  static void release(const mapping& x) noexcept {
+    ::munmap(x.base, x.len);
   }
 };
 
-pool& the_pool() {
+size_pool<mapping_traits>& the_pool() {
   // Never destroyed before the last buffer: leaked on purpose at exit.
-  static auto* instance = new pool;
+  static auto* instance = new size_pool<mapping_traits>{pool_max};
   return *instance;
 }
 
@@ -83,7 +121,7 @@ struct recycle {
   void* base;
   std::size_t len;
   void operator()(std::uint8_t*) const noexcept {
-    the_pool().give(base, len);
+    the_pool().give(mapping{base, len});
   }
 };
 
@@ -91,8 +129,8 @@ struct recycle {
 // smaller than one).
 std::shared_ptr<std::uint8_t> allocate_mapped(std::size_t n) {
   auto len = (n + small_page - 1) / small_page * small_page;
-  if (auto base = the_pool().take(len))
-    return {static_cast<std::uint8_t*>(base), recycle{base, len}};
+  if (auto x = the_pool().take(len))
+    return {static_cast<std::uint8_t*>(x->base), recycle{x->base, len}};
   auto base = ::mmap(nullptr, len, PROT_READ | PROT_WRITE,
                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (base == MAP_FAILED)
@@ -102,8 +140,8 @@ std::shared_ptr<std::uint8_t> allocate_mapped(std::size_t n) {
 
 std::shared_ptr<std::uint8_t> allocate_huge(std::size_t n) {
   auto len = (n + huge_page - 1) / huge_page * huge_page;
-  if (auto base = the_pool().take(len))
-    return {static_cast<std::uint8_t*>(base), recycle{base, len}};
+  if (auto x = the_pool().take(len))
+    return {static_cast<std::uint8_t*>(x->base), recycle{x->base, len}};
   auto span = len + huge_page;
   auto raw = ::mmap(nullptr, span, PROT_READ | PROT_WRITE,
                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -142,7 +180,6 @@ struct aligned_delete {
 constexpr std::size_t shareable_min = mapped_min;
 constexpr std::size_t shareable_max = huge_page;
 constexpr std::size_t shareable_pool_max = 8;
-constexpr int shareable_seals = F_SEAL_SEAL | F_SEAL_SHRINK | F_SEAL_GROW;
 
 void close_block(detail::shareable_block* b) noexcept {
   ::munmap(b->base, detail::shareable_header + b->size);
@@ -150,49 +187,19 @@ void close_block(detail::shareable_block* b) noexcept {
   delete b;
 }
 
-struct block_pool {
-  std::mutex mtx;
-  std::vector<detail::shareable_block*> free; // oldest first
-  std::size_t bytes = 0;
-
-  detail::shareable_block* take(std::size_t n) {
-    std::lock_guard<std::mutex> guard{mtx};
-    for (auto i = free.rbegin(); i != free.rend(); ++i)
-      if ((*i)->size == n) {
-        auto b = *i;
-        free.erase(std::next(i).base());
-        bytes -= n;
-        return b;
-      }
-    return nullptr;
+struct block_traits {
+  using item = detail::shareable_block*;
+  static std::size_t size(const item& b) noexcept {
+    return b->size;
   }
-
-  void give(detail::shareable_block* b) {
-    std::vector<detail::shareable_block*> evicted;
-    {
-      std::lock_guard<std::mutex> guard{mtx};
-      while ((bytes + b->size > pool_cap || free.size() >= shareable_pool_max)
-             && !free.empty()) {
-        evicted.push_back(free.front());
-        bytes -= free.front()->size;
-        free.erase(free.begin());
-      }
-      if (b->size <= pool_cap) {
-        free.push_back(b);
-        bytes += b->size;
-        b = nullptr;
-      }
-    }
-    for (auto x : evicted)
-      close_block(x);
-    if (b != nullptr)
-      close_block(b);
+  static void release(const item& b) noexcept {
+    close_block(b);
   }
 };
 
-block_pool& the_blocks() {
+size_pool<block_traits>& the_blocks() {
   // Leaked on purpose, as the_pool().
-  static auto* instance = new block_pool;
+  static auto* instance = new size_pool<block_traits>{shareable_pool_max};
   return *instance;
 }
 
@@ -203,7 +210,7 @@ detail::shareable_block* new_block(std::size_t n) {
   auto len = detail::shareable_header + n;
   void* base = MAP_FAILED;
   if (::ftruncate(fd, static_cast<off_t>(len)) == 0
-      && ::fcntl(fd, F_ADD_SEALS, shareable_seals) == 0)
+      && ::fcntl(fd, F_ADD_SEALS, detail::shareable_seals()) == 0)
     base = ::mmap(nullptr, len, PROT_READ | PROT_WRITE,
                   MAP_SHARED | MAP_POPULATE, fd, 0);
   if (base == MAP_FAILED) {
@@ -228,6 +235,10 @@ detail::shareable_block* new_block(std::size_t n) {
 
 } // namespace
 
+int detail::shareable_seals() noexcept {
+  return F_SEAL_SEAL | F_SEAL_SHRINK | F_SEAL_GROW;
+}
+
 void detail::shareable_release::operator()(std::uint8_t*) const noexcept {
   if (block->retired.load())
     close_block(block);
@@ -238,7 +249,8 @@ void detail::shareable_release::operator()(std::uint8_t*) const noexcept {
 writable_bytes writable_bytes::shareable(std::size_t n) {
   if (n < shareable_min || n >= shareable_max)
     return writable_bytes{n};
-  auto b = the_blocks().take(n);
+  auto taken = the_blocks().take(n);
+  auto b = taken ? *taken : nullptr;
   if (b != nullptr) {
     // New bytes: a reader still holding a view of the old ones finds no
     // magic and no tag (net/data_shm.cpp checks both before it shares).

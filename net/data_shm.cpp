@@ -24,10 +24,10 @@ namespace {
 constexpr std::size_t header_bytes = 4096;
 constexpr char magic[8] = {'D', 'I', 'C', 'E', 'S', 'H', 'M', '2'};
 // Snapshot segments are rewritten in place when recycled (only after every
-// peer released them), so they are sealed against resizing only (a
-// reader's view then never reaches past the end); the tag protocol
+// peer released them), so they carry detail::shareable_seals() (resizing
+// only), as the shareable blocks a snapshot is built in; the tag protocol
 // (data_shm.hpp) and the release replace F_SEAL_WRITE.
-constexpr int segment_seals = F_SEAL_SEAL | F_SEAL_SHRINK | F_SEAL_GROW;
+const int segment_seals = dice::detail::shareable_seals();
 static_assert(header_bytes == dice::detail::shareable_header,
               "a shareable block is a segment: same header");
 // The probe is never rewritten.

@@ -448,6 +448,46 @@ TEST_F(Messages, ShareableBytesLiveInARecycledSealedMemfd) {
   EXPECT_EQ(shared_bytes{dice::writable_bytes{n}}.block(), nullptr);
 }
 
+// Idle blocks wait for a request of their size, the newest first; beyond
+// eight the oldest is closed (the pool the mappings share, messages/
+// shared_bytes.cpp's size_pool).
+TEST_F(Messages, IdleShareableBlocksAreEightAtMostNewestFirst) {
+  auto inode = [](const shared_bytes& x) {
+    struct stat st;
+    return x.block() != nullptr && ::fstat(x.block()->fd, &st) == 0 ? st.st_ino
+                                                                    : ino_t{0};
+  };
+  // Sizes no other test asks for.
+  constexpr std::size_t base = (300 << 10) + 8;
+  ino_t older = 0;
+  ino_t newer = 0;
+  {
+    shared_bytes x{dice::writable_bytes::shareable(base)};
+    shared_bytes y{dice::writable_bytes::shareable(base)};
+    older = inode(x);
+    newer = inode(y);
+    ASSERT_NE(older, ino_t{0});
+    ASSERT_NE(newer, older);
+    x = shared_bytes{}; // idle first
+  }
+  {
+    shared_bytes again{dice::writable_bytes::shareable(base)};
+    EXPECT_EQ(inode(again), newer);
+  }
+  ino_t kept = 0;
+  {
+    shared_bytes x{dice::writable_bytes::shareable(base)};
+    kept = inode(x);
+  }
+  // Eight idle blocks of other sizes after it: both of `base` are closed.
+  for (std::size_t i = 1; i <= 8; ++i)
+    shared_bytes{dice::writable_bytes::shareable(base + i * 4096)};
+  shared_bytes fresh{dice::writable_bytes::shareable(base)};
+  EXPECT_NE(inode(fresh), kept);
+  EXPECT_NE(inode(fresh), older);
+  EXPECT_NE(inode(fresh), newer);
+}
+
 TEST_F(Messages, SharedBytesCopiesShareTheBuffer) {
   shared_bytes a{pattern(1024)};
   auto first = a.data();

@@ -28,6 +28,12 @@ namespace detail {
 /// handed out for new bytes.
 inline constexpr std::size_t shareable_header = 4096;
 
+/// The seals every same-host segment carries, a shareable block as one of
+/// net/data_shm.cpp's own (F_SEAL_SEAL | F_SEAL_SHRINK | F_SEAL_GROW: never
+/// resized, so a reader's view never reaches past the end; blocks are
+/// rewritten in place once every peer released them, so no F_SEAL_WRITE).
+int shareable_seals() noexcept;
+
 /// A memfd of `shareable_header + size` bytes, sealed against resizing, and
 /// its read-write mapping: what `writable_bytes::shareable` hands out, so
 /// that a same-host peer maps the very pages the snapshot was built in.
