@@ -141,6 +141,9 @@ caf::error load_snapshot(torch::nn::Module& m, const model_snapshot& x) {
       if (t.is_contiguous() && t.device().is_cpu()) {
         if (e.nbytes > 0)
           std::memcpy(t.data_ptr(), src, e.nbytes);
+        // As copy_ would: a backward that saved this tensor before the
+        // load then fails loudly instead of using the new values.
+        t.unsafeGetTensorImpl()->bump_version();
       } else {
         auto view = torch::from_blob(
           src, e.shape, torch::TensorOptions().dtype(to_torch(e.type)));

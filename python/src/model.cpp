@@ -160,6 +160,12 @@ class python_model_port : public model_port {
           auto at = t.attr("data_ptr")().cast<std::uintptr_t>();
           raw.push_back(raw_copy{reinterpret_cast<std::uint8_t*>(at),
                                  x.data.data() + e.offset, e.nbytes});
+          // As copy_ would, the write bumps the tensor's version (an
+          // in-place op on an empty view of it: no byte touched), so a
+          // backward that saved it before the load refuses instead of
+          // using the new values. Before the copy: if it raises, nothing
+          // was written.
+          t.attr("view")(-1)[py::slice(0, 0, 1)].attr("zero_")();
           continue;
         }
         std::vector<py::ssize_t> shape(e.shape.begin(), e.shape.end());

@@ -40,6 +40,19 @@ class ModelTest(unittest.TestCase):
         self.assertTrue(torch.equal(dst.fc.weight, src.fc.weight))
         self.assertEqual(int(dst.bn.num_batches_tracked), 41)
 
+    def test_a_load_between_forward_and_backward_is_caught_by_autograd(self):
+        # A load writes the module's tensors in place: a backward through a
+        # graph that saved the old ones refuses, as after copy_.
+        src, dst = Net(1), Net(2)
+        x = torch.randn(3, 7, requires_grad=True)
+        y = dst.fc(x).sum()
+        version = dst.fc.weight._version
+        self.assertIsNone(_core._copy_model(src, dst))
+        self.assertGreater(dst.fc.weight._version, version)
+        with self.assertRaisesRegex(RuntimeError, "inplace operation"):
+            y.backward()
+        dst.fc(x).sum().backward()  # a forward after the load trains
+
     def test_a_snapshot_that_does_not_fit_changes_nothing(self):
         src = Net(1)
         other = torch.nn.Linear(7, 5)

@@ -235,6 +235,23 @@ TEST_F(Model, PredictionsFollowTheLoadedSnapshot) {
   EXPECT_TRUE(torch::equal(ya, yb2));
 }
 
+// A load is an in-place write as far as autograd knows: a backward through
+// a graph that saved the old weights refuses, as after copy_.
+TEST_F(Model, ALoadBetweenForwardAndBackwardIsCaughtByAutograd) {
+  auto snap = dice::to_snapshot(*a);
+  ASSERT_TRUE(snap);
+  auto x = torch::randn({5, 4}, torch::requires_grad());
+  b->train();
+  auto y = b->forward(x).sum();
+  auto version = b->fc2->weight._version();
+  ASSERT_FALSE(dice::load_snapshot(*b, *snap));
+  EXPECT_GT(b->fc2->weight._version(), version);
+  EXPECT_THROW(y.backward(), c10::Error);
+  // A forward after the load trains as usual.
+  auto y2 = b->forward(x).sum();
+  EXPECT_NO_THROW(y2.backward());
+}
+
 TEST_F(Model, TorchModelPortSnapshotsAndLoads) {
   auto pa = dice::model_port_of(a.ptr());
   auto pb = dice::model_port_of(b.ptr());
