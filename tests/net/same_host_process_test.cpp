@@ -16,6 +16,7 @@
 #include "support/child_process.hpp"
 #include "support/launch.hpp"
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -39,6 +40,29 @@ std::set<std::string> dev_shm() {
   std::error_code ec;
   for (auto& e : fs::directory_iterator("/dev/shm", ec))
     result.insert(e.path().filename().string());
+  return result;
+}
+
+// What appeared in /dev/shm since `before` and may be this test's: every
+// name but a dice segment of another process (a name dice makes carries its
+// maker's pid, ".PID."). Other tests run beside this one under ctest -j and
+// their nodes store and remove segments meanwhile (a whole-set comparison
+// failed once that way in a full run).
+std::set<std::string> left_behind(const std::set<std::string>& before,
+                                  std::vector<pid_t> pids) {
+  pids.push_back(::getpid());
+  std::set<std::string> result;
+  for (auto& name : dev_shm()) {
+    if (before.count(name) > 0)
+      continue;
+    auto ours = name.rfind("dice.", 0) != 0
+      || std::any_of(pids.begin(), pids.end(), [&](pid_t pid) {
+                  return name.find("." + std::to_string(pid) + ".")
+                    != std::string::npos;
+                });
+    if (ours)
+      result.insert(name);
+  }
   return result;
 }
 
@@ -143,7 +167,8 @@ TEST(SameHost, NothingLeaksAfterTheReceiverIsKilled) {
   // nothing was ever named in /dev/shm.
   EXPECT_TRUE(dp.wait_released(1, 5s));
   EXPECT_TRUE(dice::net::wait_segments_closed(5s));
-  EXPECT_EQ(dev_shm(), shm_before);
+  EXPECT_EQ(left_behind(shm_before, {collector.pid()}),
+            std::set<std::string>{});
   // The first segment went back to the pool on its release and carried the
   // second snapshot; a segment held for the lost peer (which may still be
   // reading it) is closed, never pooled for a rewrite.
@@ -196,7 +221,7 @@ TEST(SameHost, NothingLeaksAfterTheSenderIsKilled) {
             static_cast<std::ptrdiff_t>(w.nbytes));
   kept.reset();
   EXPECT_TRUE(dice::net::wait_segments_closed(5s));
-  EXPECT_EQ(dev_shm(), shm_before);
+  EXPECT_EQ(left_behind(shm_before, {learner.pid()}), std::set<std::string>{});
 }
 
 } // namespace
