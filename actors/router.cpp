@@ -82,6 +82,8 @@ router_actor::behavior_type router_behavior(router_ptr self,
       auto lvl = st.released ? log::level::info : log::level::warning;
       log::write(lvl, st.cfg.node,
                  "lost peer " + describe(p) + ": " + caf::to_string(dm.reason));
+      st.basp_sent.erase(p.handle.address());
+      st.deferred_refs.erase(p.handle.address());
       st.chunks.drop_origin(p.node, st.cfg.node, "peer lost");
       if (st.cfg.data)
         st.cfg.data->drop_peer(p.node);
@@ -95,6 +97,8 @@ router_actor::behavior_type router_behavior(router_ptr self,
     }
     check_all_done(self);
   });
+  if (self->state.cfg.data)
+    self->state.cfg.data->set_router(caf::actor_cast<caf::actor>(self));
   update_loss_timer(self);
   return {
     [=](join_atom, std::uint32_t node, role_set, const caf::actor& member,
@@ -203,6 +207,10 @@ router_actor::behavior_type router_behavior(router_ptr self,
           return caf::make_message(forward_atom::value, topic, sender, transfer,
                                    std::move(header));
         });
+    },
+    [=](arrived_atom, std::uint32_t peer, std::uint64_t transfer,
+        std::uint64_t order, std::string& meta) {
+      peer_data_arrived(self, peer, transfer, order, meta);
     },
     [=](forward_atom, relay_reference& x) {
       with_peer(

@@ -59,6 +59,8 @@ void send_queued(router_ptr self, router_outbox& ob) {
   auto& st = self->state;
   if (ob.items.empty())
     return;
+  flush_refs(self, ob.peer);
+  ++st.basp_sent[ob.peer.address()];
   if (ob.items.size() == 1) {
     auto& x = ob.items.front();
     caf::send_as(st.gate, ob.peer, forward_atom::value, std::move(x.topic),
@@ -90,6 +92,8 @@ void send_forward(router_ptr self, const caf::actor& peer,
     // An idle peer: at once, and watch for more while this one is handled.
     ob.peer = peer;
     ob.armed = true;
+    flush_refs(self, peer);
+    ++st.basp_sent[peer.address()];
     caf::send_as(st.gate, peer, forward_atom::value, topic, sender, msg);
     arm_flush(self);
     return;
@@ -98,6 +102,23 @@ void send_forward(router_ptr self, const caf::actor& peer,
   ob.bytes += bytes;
   if (ob.items.size() >= max_forward_batch || ob.bytes > st.cfg.coalesce_bytes)
     send_queued(self, ob);
+}
+
+void flush_refs(router_ptr self, const caf::actor& peer) {
+  auto& st = self->state;
+  if (st.deferred_refs.empty())
+    return;
+  auto i = st.deferred_refs.find(peer.address());
+  if (i == st.deferred_refs.end())
+    return;
+  auto refs = std::move(i->second);
+  st.deferred_refs.erase(i);
+  auto& n = st.basp_sent[peer.address()];
+  for (auto& r : refs) {
+    ++n;
+    caf::send_as(st.gate, peer, forward_atom::value, std::move(r.topic),
+                 r.sender, r.transfer, std::move(r.header));
+  }
 }
 
 void flush_outbox(router_ptr self, const caf::actor& peer) {

@@ -11,6 +11,7 @@
 #include "dice/messages/storage_ref.hpp"
 #include "dice/security/auth.hpp"
 #include "dice/security/trust.hpp"
+#include "net/data_meta.hpp"
 #include "net/data_plane.hpp"
 #include "net/data_wire.hpp"
 
@@ -24,6 +25,7 @@
 #include "router_state.hpp"
 
 #include <algorithm>
+#include <limits>
 #include <set>
 
 namespace dice::router_detail {
@@ -51,6 +53,9 @@ void tell(router_ptr self, const caf::actor& dest, Ts&&... xs) {
 
 // -- coalescing (router_coalesce.cpp) ----------------------------------------
 
+// Sends the references that wait for `peer` (router_deferred_ref), before
+// any other message to it.
+void flush_refs(router_ptr self, const caf::actor& peer);
 // Sends what queued for `peer` now (anything else to it must not overtake).
 void flush_outbox(router_ptr self, const caf::actor& peer);
 // The (flush) the router sent itself: sends what queued for every peer.
@@ -62,9 +67,12 @@ void send_forward(router_ptr self, const caf::actor& peer,
 
 // Sends to a peer in the gate's name: no id but the gate's leaves the node.
 // What queued for the peer goes first, so nothing overtakes a forward.
+// Every message to a peer over BASP is counted (router_state::basp_sent).
 template <class... Ts>
 void to_peer(router_ptr self, const caf::actor& peer, Ts&&... xs) {
+  flush_refs(self, peer);
   flush_outbox(self, peer);
+  ++self->state.basp_sent[peer.address()];
   caf::send_as(self->state.gate, peer, std::forward<Ts>(xs)...);
 }
 
@@ -164,10 +172,17 @@ void peer_batch(router_ptr self, const router_peer& p,
                 const caf::strong_actor_ptr& src, forward_batch& b);
 void peer_chunk(router_ptr self, const router_peer& p,
                 const caf::strong_actor_ptr& src, snapshot_chunk& c);
-void peer_data_reference(router_ptr self, const router_peer& p,
+void peer_data_reference(router_ptr self, router_peer& p,
                          const caf::strong_actor_ptr& src,
                          const std::string& topic, std::uint32_t sender,
                          std::uint64_t transfer, model_snapshot& header);
+void peer_data_arrived(router_ptr self, std::uint32_t peer,
+                       std::uint64_t transfer, std::uint64_t order,
+                       std::string& meta);
+// Routes the peer's pending arrivals below `upto` whose order is handled.
+void route_pending(
+  router_ptr self, router_peer& p,
+  std::uint64_t upto = std::numeric_limits<std::uint64_t>::max());
 void peer_subscribe(router_ptr self, router_peer& p,
                     const caf::strong_actor_ptr& src, const std::string& topic,
                     std::uint32_t node);
@@ -186,7 +201,11 @@ void with_peer(router_ptr self, const char* what, Fn fn, Early early) {
   auto addr = caf::actor_cast<caf::actor_addr>(src);
   if (src && src->node() != self->node()) {
     if (auto p = find_peer(self, addr)) {
+      ++p->basp_handled;
       fn(*p, src);
+      // Snapshots that waited for this message (router_peer::pending).
+      if (auto q = find_peer(self, addr); q && !q->pending.empty())
+        route_pending(self, *q);
       return;
     }
     if (auto i = st.handshakes.find(addr); i != st.handshakes.end()) {

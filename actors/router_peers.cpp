@@ -258,7 +258,9 @@ void send_hello(router_ptr self, std::size_t idx, caf::actor peer,
           forget_peer(self, peer.address(), "the peer re-attached");
         }
         insert_peer(
-          self, router_peer{h.node, h.roles, peer, h.topics, h.drained, idx});
+          self,
+          router_peer{
+            h.node, h.roles, peer, h.topics, h.drained, idx, 0, {}, {}});
         // What the peer held for us arrives before anything else.
         replay(self, peer, early);
         send_backlog(self, peer, h.topics);
@@ -386,8 +388,9 @@ caf::result<peer_hello> accept_hello(router_ptr self, const caf::actor& from,
   auto reply = make_hello(self);
   if (st.cfg.data && st.cfg.data->enabled() && !h.data.empty())
     reply.data = st.cfg.data->accept_session(h.node, h.data);
-  insert_peer(self,
-              router_peer{h.node, h.roles, from, h.topics, h.drained, {}});
+  insert_peer(
+    self,
+    router_peer{h.node, h.roles, from, h.topics, h.drained, {}, 0, {}, {}});
   // The backlog goes out now, before the answer: the gate sends the answer
   // once this handler returned, and one connection keeps the order.
   send_backlog(self, from, h.topics);

@@ -44,8 +44,10 @@ void hold(router_ptr self, const std::string& topic, std::uint32_t sender,
   }
 }
 
-// Sends a large snapshot's bytes on the data plane and a reference over
-// BASP; false if no data connection to `node` is up.
+// Sends a large snapshot's bytes on the data plane after its header frame;
+// its BASP reference waits for the next message to the peer (or goes with
+// 63 others: router_deferred_ref). False if no data connection to `node`
+// is up.
 bool forward_on_data_plane(router_ptr self, const caf::actor& peer,
                            std::uint32_t node, const std::string& topic,
                            std::uint32_t sender, const caf::message& msg,
@@ -57,17 +59,24 @@ bool forward_on_data_plane(router_ptr self, const caf::actor& peer,
   auto& x = msg.get_as<model_snapshot>(1);
   if (x.data.size() < dp->config().min_bytes)
     return false;
+  auto header = x;
+  header.data = shared_bytes{};
   if (!forms.item)
-    forms.item = std::make_shared<const net::data_item>(x.data);
-  auto id = dp->send(node, forms.item);
+    forms.item = std::make_shared<const net::data_item>(
+      x.data, net::encode_meta(topic, sender, header));
+  // The header frame's order: every message sent to the peer before this
+  // snapshot, what queued for it included (sent first).
+  flush_outbox(self, peer);
+  auto id = dp->send(node, forms.item, 0,
+                     self->state.basp_sent[peer.address()]);
   if (!id) {
     dp->fell_back(node);
     return false;
   }
-  auto header = x;
-  header.data = shared_bytes{};
-  to_peer(self, peer, forward_atom::value, topic, sender, *id,
-          std::move(header));
+  auto& refs = self->state.deferred_refs[peer.address()];
+  refs.push_back(router_deferred_ref{topic, sender, *id, std::move(header)});
+  if (refs.size() >= max_deferred_refs)
+    flush_refs(self, peer);
   return true;
 }
 

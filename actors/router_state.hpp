@@ -80,6 +80,15 @@ struct router_subscriber {
   caf::actor member;
 };
 
+/// A data-plane transfer whose bytes came with their header (arrived_atom).
+struct router_arrival {
+  std::uint64_t transfer = 0;
+  /// Messages the peer sent over BASP before it (net/data_wire.hpp).
+  std::uint64_t order = 0;
+  /// Its header (net/data_meta.hpp).
+  std::string meta;
+};
+
 /// A connected peer node.
 struct router_peer {
   /// Its node id.
@@ -94,7 +103,39 @@ struct router_peer {
   bool drained = false;
   /// Index into `router_state::endpoints` if this node attached to the peer.
   std::optional<std::size_t> endpoint;
+  /// Messages handled from the peer over BASP (every kind `with_peer`
+  /// takes): a data-plane snapshot whose header frame names an order up to
+  /// this is routed when its bytes arrive (net/data_wire.hpp).
+  std::uint64_t basp_handled = 0;
+  /// Transfers routed (or dropped) when their bytes arrived, whose BASP
+  /// reference may still come (it then changes nothing); at most
+  /// `max_settled`, the oldest forgotten first.
+  std::set<std::uint64_t> settled;
+  /// Transfers whose bytes and header arrived before messages the peer
+  /// sent ahead of them (order above `basp_handled`), in arrival order;
+  /// routed once those are handled, or by their reference.
+  std::deque<router_arrival> pending;
 };
+
+/// Most transfers a peer's `settled` remembers, and most it may have
+/// pending (a peer that sends more loses the oldest).
+constexpr std::size_t max_settled = 4096;
+constexpr std::size_t max_pending = 4096;
+
+/// A reference to a data-plane snapshot that waits for the next BASP message
+/// to its peer: it orders the snapshot only against what follows it, and a
+/// receiver routes the snapshot when its bytes arrive (net/data_wire.hpp),
+/// so a learner that only sends models sends no reference at all.
+struct router_deferred_ref {
+  std::string topic;
+  std::uint32_t sender = 0;
+  std::uint64_t transfer = 0;
+  /// The snapshot without its bytes.
+  model_snapshot header;
+};
+
+/// Most references that wait for a peer: then they go at once.
+constexpr std::size_t max_deferred_refs = 64;
 
 /// A peer address this node attaches to (and re-attaches to when lost).
 struct router_endpoint {
@@ -178,6 +219,11 @@ struct router_state {
   snapshot_chunker chunks;
   /// This node's gate: the only actor peers address or hear from.
   caf::actor gate;
+  /// Messages sent to each peer (by its gate) over BASP: a data-plane
+  /// snapshot's header frame carries the count before it.
+  std::map<caf::actor_addr, std::uint64_t> basp_sent;
+  /// References waiting for the next BASP message to each peer.
+  std::map<caf::actor_addr, std::vector<router_deferred_ref>> deferred_refs;
   /// Handshakes in flight that this node started, by the peer gate.
   std::map<caf::actor_addr, router_handshake> handshakes;
   /// Messages dropped from strangers, logged once per source.

@@ -2,6 +2,7 @@
 
 #include "dice/core/errc.hpp"
 #include "dice/logging/log.hpp"
+#include "dice/type_ids.hpp"
 #include "net/data_plane.hpp"
 
 #include "caf/event_based_actor.hpp"
@@ -61,6 +62,8 @@ struct inbox_state {
   std::vector<tag_claim> tag_claims;
   std::uint64_t next_key = 0;
   std::shared_ptr<data_ready_table> ready;
+  // Gets the headers of transfers that came with one (arrived_atom).
+  caf::actor_addr router;
   // A (data_expire) is on its way: claims share one timer instead of
   // waking CAF's clock thread each (a claim waits in most rounds whose
   // reference overtook its bytes).
@@ -132,8 +135,13 @@ caf::behavior data_inbox(caf::stateful_actor<inbox_state>* self,
       p.up = true;
       p.budget = std::move(budget);
     },
+    [=](data_router_atom, const caf::actor_addr& router) {
+      if (local())
+        self->state.router = router;
+    },
     [=](data_ready_atom, std::uint32_t peer, std::uint64_t link_gen,
-        std::uint64_t id, std::uint32_t tag, shared_bytes& bytes) {
+        std::uint64_t id, std::uint32_t tag, shared_bytes& bytes,
+        std::uint64_t order, std::string& meta) {
       if (!local())
         return;
       auto i = self->state.peers.find(peer);
@@ -172,6 +180,12 @@ caf::behavior data_inbox(caf::stateful_actor<inbox_state>* self,
         return;
       }
       self->state.ready->put(peer, id, std::move(bytes), p.budget);
+      // Bytes with their header: the router may route them before their
+      // reference comes (it takes them from the table, or the reference
+      // does, whichever is handled first).
+      if (!meta.empty())
+        if (auto r = caf::actor_cast<caf::actor>(self->state.router))
+          self->send(r, arrived_atom::value, peer, id, order, std::move(meta));
     },
     [=](data_down_atom, std::uint32_t peer, std::uint64_t link_gen,
         const std::string& why) {

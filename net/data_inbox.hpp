@@ -91,6 +91,8 @@ using data_ready_atom = caf::atom_constant<caf::atom("dataReady")>;
 using data_down_atom = caf::atom_constant<caf::atom("dataDown")>;
 /// The peer is lost: drop everything of it.
 using data_drop_atom = caf::atom_constant<caf::atom("dataDrop")>;
+/// The router that gets `arrived_atom` (its address: held weakly).
+using data_router_atom = caf::atom_constant<caf::atom("dataRoutr")>;
 /// Claims may have waited too long: the inbox checks their deadlines.
 using data_expire_atom = caf::atom_constant<caf::atom("dataExpire")>;
 

@@ -37,7 +37,12 @@ data_counters data_stats() noexcept {
   x.relay_forwarded = c.relay_forwarded.load();
   x.relay_fallbacks = c.relay_fallbacks.load();
   x.relay_mismatches = c.relay_mismatches.load();
+  x.routed_on_arrival = c.routed_on_arrival.load();
   return x;
+}
+
+void count_routed_on_arrival() noexcept {
+  ++counters().routed_on_arrival;
 }
 
 void count_relay(relay_counter which) noexcept {
@@ -48,6 +53,12 @@ void count_relay(relay_counter which) noexcept {
     case relay_counter::fallback: ++c.relay_fallbacks; break;
     case relay_counter::mismatch: ++c.relay_mismatches; break;
   }
+}
+
+data_item::data_item(shared_bytes bytes, std::string meta)
+  : bytes_(std::move(bytes)), meta_(std::move(meta)) {
+  if (!meta_.empty())
+    meta_sum_ = checksum64(meta_.data(), meta_.size());
 }
 
 void data_item::hash_upto(std::size_t end) const {
@@ -103,6 +114,11 @@ data_plane::data_plane(caf::actor_system& sys, data_plane_config cfg)
     spare_ = data_offer::make();
 }
 
+void data_plane::set_router(const caf::actor& router) {
+  caf::anon_send(inbox_, data_router_atom::value,
+                 caf::actor_cast<caf::actor_addr>(router));
+}
+
 std::optional<shared_bytes> data_plane::take_ready(std::uint32_t peer,
                                                    std::uint64_t id) {
   return ready_->take(peer, id);
@@ -126,7 +142,7 @@ void data_plane::spawn_thread(std::function<void()> fn) {
 
 std::optional<std::uint64_t>
 data_plane::send(std::uint32_t peer, std::shared_ptr<const data_item> item,
-                 std::uint32_t tag) {
+                 std::uint32_t tag, std::uint64_t order) {
   std::lock_guard<std::mutex> guard{mtx_};
   auto i = out_.find(peer);
   if (i == out_.end())
@@ -136,7 +152,8 @@ data_plane::send(std::uint32_t peer, std::shared_ptr<const data_item> item,
   if (link.dead)
     return std::nullopt;
   auto id = ++next_transfer_;
-  link.queue.push_back(out_link::job{job_transfer, id, std::move(item), tag});
+  link.queue.push_back(
+    out_link::job{job_transfer, id, std::move(item), tag, order});
   link.cv.notify_one();
   return id;
 }

@@ -20,10 +20,15 @@
 // transfer frames (header + body, written with writev, or SSL_write under
 // TLS, read straight into the destination buffer).
 //
-// A snapshot sent this way is followed on BASP by a small reference (topic,
-// sender, transfer id, the snapshot without its bytes); the receiving router
-// claims the bytes from `inbox()` in BASP order, so snapshots keep their
-// order relative to everything else a peer sends (finish, done).
+// A snapshot sent this way carries its header (topic, sender, the snapshot
+// without its bytes) in a frame just before its bytes, with the number of
+// messages its router had sent the peer over BASP before it. The receiving
+// router routes it when the bytes arrive if it has handled that many from
+// the peer, else once it has; either way the snapshot keeps its place
+// among everything the peer sends (forwards, finish, done). Its BASP
+// reference (topic, sender, transfer id, header) waits for the next BASP
+// message to the peer, which it precedes, or goes with 63 others: a
+// learner that only sends models sends none (actors/router_routing.cpp).
 //
 // Limits: a stranger without a valid proof of the control session gets
 // nothing (the connection is closed without a byte written after the
@@ -158,6 +163,9 @@ struct basic_data_counters {
   T relay_forwarded{};
   T relay_fallbacks{};
   T relay_mismatches{};
+  /// Snapshots a router routed when their bytes and header arrived, without
+  /// waiting for their BASP reference (net/data_wire.hpp, "header").
+  T routed_on_arrival{};
 };
 
 /// What `data_stats()` returns.
@@ -168,6 +176,9 @@ data_counters data_stats() noexcept;
 
 /// Which relay counter `count_relay` bumps.
 enum class relay_counter { round, forwarded, fallback, mismatch };
+
+/// Counts a snapshot routed on arrival (`routed_on_arrival`).
+void count_routed_on_arrival() noexcept;
 
 /// Counts one relay event in the process-wide counters.
 void count_relay(relay_counter which) noexcept;
@@ -188,9 +199,18 @@ class data_ready_table;
 /// same-host segment is made once by the first writer that needs it.
 class data_item {
  public:
-  /// Wraps `bytes` (shared, not copied).
-  explicit data_item(shared_bytes bytes) : bytes_(std::move(bytes)) {
-    // nop
+  /// Wraps `bytes` (shared, not copied); `meta`: their snapshot header
+  /// (net/data_meta.hpp), sent before them, or empty.
+  explicit data_item(shared_bytes bytes, std::string meta = {});
+
+  /// The snapshot header sent before the bytes (empty: none).
+  const std::string& meta() const noexcept {
+    return meta_;
+  }
+
+  /// checksum64 of `meta()`.
+  std::uint64_t meta_checksum() const noexcept {
+    return meta_sum_;
   }
 
   /// The bytes.
@@ -211,6 +231,8 @@ class data_item {
 
  private:
   shared_bytes bytes_;
+  std::string meta_;
+  std::uint64_t meta_sum_ = 0;
   mutable std::mutex hash_mtx_;
   mutable std::unique_ptr<checksum64_stream> hash_; // null until first use
   mutable std::size_t hashed_ = 0;
@@ -282,10 +304,17 @@ class data_plane {
   /// connection to `peer` is up (the caller sends over BASP and calls
   /// `fell_back`). A nonzero `tag` (a relay round) travels in the header
   /// and always as a body, never as a same-host reference; the receiver
-  /// claims it with `data_take_tag_atom`.
+  /// claims it with `data_take_tag_atom`. `order`: the BASP messages the
+  /// router sent to `peer` before this snapshot's reference (sent in the
+  /// item's header frame, net/data_wire.hpp).
   std::optional<std::uint64_t> send(std::uint32_t peer,
                                     std::shared_ptr<const data_item> item,
-                                    std::uint32_t tag = 0);
+                                    std::uint32_t tag = 0,
+                                    std::uint64_t order = 0);
+
+  /// Tells the inbox which router gets the headers of snapshots that
+  /// arrive with one (`arrived_atom`); held weakly.
+  void set_router(const caf::actor& router);
 
   /// Counts a snapshot for `peer` that went over BASP instead (warns once
   /// per peer and connection failure).

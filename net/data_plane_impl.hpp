@@ -10,6 +10,7 @@
 #include "dice/messages/detail/snapshot_chunk.hpp"
 #include "dice/security/auth.hpp"
 #include "dice/security/trust.hpp"
+#include "net/data_meta.hpp"
 #include "net/data_plane.hpp"
 #include "net/data_wire.hpp"
 #include "net/dialer.hpp"
@@ -122,6 +123,8 @@ struct data_plane::out_link {
     std::shared_ptr<const data_item> item;
     // 0, or a relay round (always sent as a body).
     std::uint32_t tag = 0;
+    // The header frame's order (data_plane::send).
+    std::uint64_t order = 0;
   };
   std::uint32_t peer = 0;
   // The socket's number, for other threads to shut it down (under the

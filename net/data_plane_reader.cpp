@@ -52,6 +52,10 @@ void data_plane::run_reader(std::shared_ptr<in_link> link, unique_fd fd) {
     }
     set_timeout(link->fd, SO_RCVTIMEO, caf::timespan{0});
   }
+  // The snapshot header that came just before the next transfer or
+  // reference (net/data_wire.hpp), and its order.
+  std::string meta;
+  std::uint64_t order = 0;
   for (;;) {
     auto k = read_exactly(link->fd, ssl, hdr, data_header_size);
     if (k == 0)
@@ -61,6 +65,30 @@ void data_plane::run_reader(std::shared_ptr<in_link> link, unique_fd fd) {
       break;
     }
     auto kind = frame_kind(hdr);
+    if (!meta.empty() && kind != data_frame::reference
+        && kind != data_frame::transfer) {
+      torn("a snapshot header without its transfer");
+      break;
+    }
+    if (kind == data_frame::header) {
+      auto mf = decode_meta_frame(hdr);
+      if (!mf || mf->size == 0 || mf->size > max_data_meta_bytes) {
+        torn("malformed snapshot header frame");
+        break;
+      }
+      meta.resize(mf->size);
+      if (read_exactly(link->fd, ssl, meta.data(), meta.size())
+          != static_cast<long>(meta.size())) {
+        torn("cut within a snapshot header");
+        break;
+      }
+      if (checksum64(meta.data(), meta.size()) != mf->checksum) {
+        torn("checksum mismatch in a snapshot header");
+        break;
+      }
+      order = mf->order;
+      continue;
+    }
     if (kind == data_frame::probe) {
       auto pr = decode_probe(hdr);
       if (!pr) {
@@ -114,17 +142,20 @@ void data_plane::run_reader(std::shared_ptr<in_link> link, unique_fd fd) {
         link->budget->release(r->size);
         torn("same-host transfer " + std::to_string(r->id) + ": "
              + render(buf.error()));
+        meta.clear();
         continue; // the connection itself is fine
       }
       c.bytes_received += r->size;
       ++c.transfers_received;
       ++c.shm_received;
       caf::anon_send(inbox_, data_ready_atom::value, link->peer, link->link_gen,
-                     r->id, std::uint32_t{0}, std::move(*buf));
+                     r->id, std::uint32_t{0}, std::move(*buf), order,
+                     std::move(meta));
+      meta.clear();
       continue;
     }
     auto h = decode_header(hdr, data_header_size);
-    if (!h || h->id <= last_id) {
+    if (!h || h->id <= last_id || (h->tag != 0 && !meta.empty())) {
       torn("malformed transfer header");
       break;
     }
@@ -185,7 +216,9 @@ void data_plane::run_reader(std::shared_ptr<in_link> link, unique_fd fd) {
     c.bytes_received += h->size;
     ++c.transfers_received;
     caf::anon_send(inbox_, data_ready_atom::value, link->peer, link->link_gen,
-                   h->id, h->tag, shared_bytes{std::move(buf)});
+                   h->id, h->tag, shared_bytes{std::move(buf)}, order,
+                   std::move(meta));
+    meta.clear();
   }
   ::shutdown(fd.get(), SHUT_RDWR);
   fd.reset();

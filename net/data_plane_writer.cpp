@@ -12,18 +12,29 @@ namespace {
 // without a whole pass over the bytes before their first byte leaves,
 // which the reader's hashing could not overlap.
 bool write_transfer(int fd, ssl_st* ssl, std::uint64_t id, std::uint32_t tag,
-                    const data_item& item) {
+                    std::uint64_t order, const data_item& item) {
   auto& bytes = item.bytes();
   auto hdr = encode_header(data_header{id, bytes.size(), tag});
+  // The snapshot's header frame leaves with the transfer header (untagged
+  // transfers only: a relay round's reference names its own).
+  auto& meta = item.meta();
+  auto with_meta = tag == 0 && !meta.empty();
+  auto meta_hdr = encode_meta_frame(data_meta_frame{
+    static_cast<std::uint32_t>(meta.size()), order, item.meta_checksum()});
   std::array<char, data_trailer_size> trailer{};
   std::size_t off = 0;
   do {
     auto len = std::min(write_piece, bytes.size() - off);
     item.hash_upto(off + len);
-    iovec iov[3];
+    iovec iov[5];
     int k = 0;
-    if (off == 0)
+    if (off == 0) {
+      if (with_meta) {
+        iov[k++] = iovec{meta_hdr.data(), meta_hdr.size()};
+        iov[k++] = iovec{const_cast<char*>(meta.data()), meta.size()};
+      }
       iov[k++] = iovec{hdr.data(), hdr.size()};
+    }
     if (len > 0)
       iov[k++] = iovec{const_cast<std::uint8_t*>(bytes.data()) + off, len};
     if (off + len == bytes.size()) {
@@ -86,10 +97,21 @@ void data_plane::run_writer(std::shared_ptr<out_link> link, unique_fd fd) {
         // From here the segment lives in `held` (and in items other peers
         // still queue): the release closes it, and the counters are right
         // before the peer can answer.
+        auto meta = job.item->meta(); // a copy: the item goes now
+        auto meta_hdr = encode_meta_frame(
+          data_meta_frame{static_cast<std::uint32_t>(meta.size()), job.order,
+                          job.item->meta_checksum()});
         job.item.reset();
+        iovec iov[3];
+        int k = 0;
+        if (!meta.empty()) {
+          iov[k++] = iovec{meta_hdr.data(), meta_hdr.size()};
+          iov[k++] = iovec{const_cast<char*>(meta.data()), meta.size()};
+        }
+        iov[k++] = iovec{frame.data(), frame.size()};
         ++counters().shm_sent;
         ++counters().transfers_sent;
-        if (!send_frame(frame)) {
+        if (!write_all(link->fd, link->ssl.get(), iov, k)) {
           why = std::string{"write failed: "} + std::strerror(errno);
           break;
         }
@@ -100,7 +122,7 @@ void data_plane::run_writer(std::shared_ptr<out_link> link, unique_fd fd) {
     // never overtake the count (benchmarks read it at the answer).
     counters().bytes_sent += bytes.size();
     ++counters().transfers_sent;
-    if (!write_transfer(link->fd, link->ssl.get(), job.id, job.tag,
+    if (!write_transfer(link->fd, link->ssl.get(), job.id, job.tag, job.order,
                         *job.item)) {
       counters().bytes_sent -= bytes.size();
       --counters().transfers_sent;

@@ -110,6 +110,8 @@ data_frame frame_kind(const char* data) {
     return data_frame::probe_ok;
   if (std::memcmp(data, "DREF", 4) == 0)
     return data_frame::reference;
+  if (std::memcmp(data, "DHDR", 4) == 0)
+    return data_frame::header;
   if (std::memcmp(data, "DREL", 4) == 0)
     return data_frame::release;
   return data_frame::unknown;
@@ -173,6 +175,25 @@ std::optional<std::uint64_t> decode_release(const char* data) {
   if (std::memcmp(data, "DREL", 4) != 0 || get32(data + 4) != 0)
     return std::nullopt;
   return get64(data + 8);
+}
+
+std::array<char, data_header_size> encode_meta_frame(const data_meta_frame& x) {
+  std::array<char, data_header_size> out{};
+  std::memcpy(out.data(), "DHDR", 4);
+  put32(out.data() + 4, x.size);
+  put64(out.data() + 8, x.order);
+  put64(out.data() + 16, x.checksum);
+  return out;
+}
+
+std::optional<data_meta_frame> decode_meta_frame(const char* data) {
+  if (std::memcmp(data, "DHDR", 4) != 0 || get64(data + 24) != 0)
+    return std::nullopt;
+  data_meta_frame x;
+  x.size = get32(data + 4);
+  x.order = get64(data + 8);
+  x.checksum = get64(data + 16);
+  return x;
 }
 
 } // namespace dice::net

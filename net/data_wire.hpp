@@ -12,12 +12,22 @@
 //   probe ok  32 B  "DPOK" 0...                                   writer
 //   reference 32 B  "DREF" fd[4]  id[8]  size[8]  tag[8]          writer
 //   release   32 B  "DREL" 0 0 0 0  id[8]  0...                   writer
+//   header    32 B  "DHDR" size[4]  order[8]  checksum[8]  0[8]  writer
+//             then `size` bytes: the snapshot header (net/data_meta.hpp)
+//             of the transfer or reference that follows at once (v14)
 //
 // Same host (net/data_shm.hpp): each writer opens with a probe (a memfd of
 // its process holding a token); a reader that can read the token through
 // /proc/PID/fd/N answers "probe ok" on its own writer, and from then on the
 // other side sends references to sealed memfd segments instead of bodies;
 // each reference is answered with a release once read.
+//
+// A header frame carries what the BASP reference carries (topic, sender,
+// the snapshot without its bytes) and `order`: how many messages the
+// writer's router had sent to the reader's over BASP before this snapshot's
+// reference. The reader's router routes the snapshot when its bytes arrive
+// if it has handled that many from the peer (nothing sent before it is
+// still on its way); else the reference places it, as before v14.
 //
 // A transfer's tag is 0, or a relay round (actors/router_relay.cpp): the
 // receiver claims tagged bytes by (sender, tag) instead of by id.
@@ -98,6 +108,7 @@ enum class data_frame : std::uint8_t {
   probe_ok,
   reference,
   release,
+  header,
   unknown,
 };
 
@@ -129,5 +140,17 @@ std::array<char, data_header_size> encode_ref(const data_ref& x);
 std::optional<data_ref> decode_ref(const char* data);
 std::array<char, data_header_size> encode_release(std::uint64_t id);
 std::optional<std::uint64_t> decode_release(const char* data);
+
+/// A header frame: the snapshot header's size, its checksum64 and the
+/// sender's BASP count (see above).
+struct data_meta_frame {
+  std::uint32_t size = 0;
+  std::uint64_t order = 0;
+  std::uint64_t checksum = 0;
+};
+
+/// Encoders and decoders of the header frame (nullopt if malformed).
+std::array<char, data_header_size> encode_meta_frame(const data_meta_frame& x);
+std::optional<data_meta_frame> decode_meta_frame(const char* data);
 
 } // namespace dice::net

@@ -86,6 +86,9 @@ CAF_BEGIN_TYPE_ID_BLOCK(dice, caf::first_custom_type_id)
   CAF_ADD_ATOM(dice, dice, ask_atom, "ask")
   /// A relay receiver tells the origin how a round went (router_relay.cpp).
   CAF_ADD_ATOM(dice, dice, relay_atom, "relay")
+  /// Internal: a data plane's inbox tells its router that a snapshot's bytes
+  /// came with their header (net/data_wire.hpp).
+  CAF_ADD_ATOM(dice, dice, arrived_atom, "arrived")
 
 CAF_END_TYPE_ID_BLOCK(dice)
 

@@ -8,6 +8,7 @@
 #include "dice/messages/context_delta.hpp"
 #include "dice/messages/model_snapshot.hpp"
 #include "dice/runtime/node.hpp"
+#include "dice/security/trust.hpp"
 #include "dice/type_ids.hpp"
 #include "net/data_plane.hpp"
 
@@ -247,6 +248,82 @@ TEST_F(DataChannel, ASnapshotKeepsItsPlaceAmongAPeersMessages) {
     EXPECT_EQ(b.get_as<dice::context_delta>(1).seq,
               static_cast<std::uint64_t>(v));
   }
+}
+
+TEST_F(DataChannel, ASnapshotRoutedOnArrivalOvertakesNothingSentBeforeIt) {
+  auto& server = start(0, true);
+  auto& client = start(1, false);
+  server.data_plane()->set_same_host(false);
+  client.data_plane()->set_same_host(false);
+  auto at_server = member(server);
+  auto at_client = member(client);
+  connect(client, server);
+  ASSERT_TRUE(server.data_plane()->wait_sendable(1, 5s));
+  // Each round: many small messages on BASP, then a snapshot whose bytes
+  // (on their own connection) would be there long before the last of them.
+  // The receiver routes a snapshot when its bytes arrive, but only once
+  // everything sent before it is handled.
+  constexpr std::uint64_t rounds = 4;
+  constexpr std::uint64_t per_round = 400;
+  auto before = dice::net::data_stats();
+  std::vector<dice::model_snapshot> xs;
+  for (std::uint64_t v = 1; v <= rounds; ++v) {
+    for (std::uint64_t i = 0; i < per_round; ++i) {
+      dice::context_delta d;
+      d.seq = v * per_round + i;
+      publish(*at_server, server, caf::make_message(std::string{"model"}, d));
+    }
+    xs.push_back(make_snapshot(300'000, static_cast<std::int64_t>(v)));
+    publish(*at_server, server,
+            caf::make_message(std::string{"model"}, xs.back()));
+  }
+  for (std::uint64_t v = 1; v <= rounds; ++v) {
+    for (std::uint64_t i = 0; i < per_round; ++i) {
+      auto a = next(*at_client);
+      ASSERT_TRUE(is_delta(a))
+        << "round " << v << ": the snapshot overtook message " << i;
+      EXPECT_EQ(a.get_as<dice::context_delta>(1).seq, v * per_round + i);
+    }
+    auto b = next(*at_client);
+    ASSERT_TRUE(is_snapshot(b)) << "round " << v;
+    EXPECT_TRUE(same_payload(b.get_as<dice::model_snapshot>(1), xs[v - 1]));
+  }
+  // The last snapshot's BASP reference was never sent (nothing followed it
+  // on BASP): it went when its bytes arrived, or once the messages before
+  // it were handled. Each earlier one went that way or at its reference
+  // (sent before the next round's first message), whichever came first.
+  auto after = dice::net::data_stats();
+  EXPECT_GE(after.routed_on_arrival - before.routed_on_arrival, 1u);
+}
+
+// An authenticated peer whose data-plane snapshot names another node as its
+// sender (in the header frame the receiver routes it by): dropped and
+// counted, as its BASP reference would be; its honest snapshots still flow.
+TEST_F(DataChannel, ASnapshotHeaderInAnotherNodesNameIsDropped) {
+  auto& server = start(0, true);
+  auto& client = start(1, false);
+  server.data_plane()->set_same_host(false);
+  client.data_plane()->set_same_host(false);
+  auto at_server = member(server);
+  auto at_client = member(client);
+  connect(client, server);
+  ASSERT_TRUE(client.data_plane()->wait_sendable(0, 5s));
+  auto forged = dice::counter(dice::trust_event::forged_origin);
+  auto before = dice::net::data_stats();
+  // Node 1 publishes a model in node 0's name (its router forwards what its
+  // own members publish as it is).
+  publish(*at_client, client,
+          caf::make_message(std::string{"model"}, make_snapshot(300'000, 9)));
+  auto honest = make_snapshot(300'000, 10, 1);
+  publish(*at_client, client, caf::make_message(std::string{"model"}, honest));
+  auto got = next(*at_server);
+  ASSERT_TRUE(is_snapshot(got));
+  EXPECT_EQ(got.get_as<dice::model_snapshot>(1).version, 10)
+    << "the snapshot in node 0's name was delivered";
+  EXPECT_TRUE(same_payload(got.get_as<dice::model_snapshot>(1), honest));
+  EXPECT_EQ(dice::counter(dice::trust_event::forged_origin), forged + 1);
+  EXPECT_EQ(
+    dice::net::data_stats().transfers_received - before.transfers_received, 2u);
 }
 
 TEST_F(DataChannel, FallsBackToBaspWhenTheDataConnectionCannotOpen) {

@@ -668,6 +668,46 @@ TEST_F(DataPlaneFrames, ATornTransferIsDroppedWhole) {
   EXPECT_EQ(after.transfers_received, before.transfers_received);
 }
 
+TEST_F(DataPlaneFrames, ABrokenSnapshotHeaderFrameClosesTheConnection) {
+  auto before = dice::net::data_stats();
+  auto body = pattern(300'000, 5);
+  std::string all(reinterpret_cast<const char*>(body.data()), body.size());
+  auto transfer = header(1, body.size()) + all
+    + trailer(dice::checksum64(body.data(), body.size()));
+  auto meta = std::string(100, 'x');
+  auto frame = [&](std::uint32_t size, std::uint64_t sum) {
+    auto f = dice::net::encode_meta_frame({size, 0, sum});
+    return std::string{f.data(), f.size()};
+  };
+  auto sum = dice::checksum64(meta.data(), meta.size());
+  auto refused = [&](const std::string& bytes) {
+    auto fd = bound_writer();
+    if (fd < 0)
+      return false;
+    auto sent = send_bytes(fd, bytes);
+    auto r = wait_closed(fd, 3000ms);
+    ::close(fd);
+    return sent && r.closed && r.bytes == 0;
+  };
+  // A header whose checksum does not match its bytes.
+  EXPECT_TRUE(refused(frame(100, sum ^ 1) + meta + transfer));
+  // A header announcing more than a header may take.
+  EXPECT_TRUE(refused(frame(
+    static_cast<std::uint32_t>(dice::net::max_data_meta_bytes + 1), sum)));
+  // A header followed by something other than its transfer.
+  auto probe_ok = dice::net::encode_probe_ok();
+  EXPECT_TRUE(refused(frame(100, sum) + meta
+                      + std::string{probe_ok.data(), probe_ok.size()}));
+  // A header before a relay round's transfer, which carries none.
+  auto tagged = dice::net::encode_header({1, body.size(), 7});
+  EXPECT_TRUE(refused(frame(100, sum) + meta
+                      + std::string{tagged.data(), tagged.size()}));
+  auto after = dice::net::data_stats();
+  EXPECT_EQ(after.torn - before.torn, 4u);
+  EXPECT_EQ(after.transfers_received, before.transfers_received);
+  EXPECT_FALSE(take(*acceptor, 2, 1));
+}
+
 TEST_F(DataPlane, ClaimsFailWhenThePeerIsLost) {
   connect_planes();
   ASSERT_TRUE(dialer->wait_sendable(1, 5s));

@@ -86,6 +86,10 @@ using router_actor = caf::typed_actor<
   // forward(reference): a snapshot of the sending peer whose bytes come by
   // relay (actors/router_relay.cpp).
   caf::reacts_to<forward_atom, relay_reference>,
+  // arrived(peer node, transfer, order, header): from this node's data plane
+  // only, bytes that came with their header (net/data_wire.hpp).
+  caf::reacts_to<arrived_atom, std::uint32_t, std::uint64_t, std::uint64_t,
+                 std::string>,
   // relay(round, node, ok): a receiver's report on a relay round: `node`
   // is itself (ok: delivered; else: send it directly) or a child it could
   // not forward to.

@@ -38,8 +38,11 @@ namespace dice {
 /// transfer's checksum follows its bytes (a trailer, net/data_wire.hpp),
 /// so the writer hashes each piece as it sends it. 13: a same-host segment
 /// may be longer than its header and bytes (a snapshot shared from the
-/// memfd it was built in, `writable_bytes::shareable`).
-inline constexpr std::uint32_t router_protocol_version = 13;
+/// memfd it was built in, `writable_bytes::shareable`). 14: a data-plane
+/// snapshot's header and BASP order travel in a header frame before its
+/// bytes (net/data_wire.hpp), the receiver routes it on arrival, and its
+/// BASP reference waits for the next message to the peer.
+inline constexpr std::uint32_t router_protocol_version = 14;
 
 /// The handshake between two nodes: who the node is, what it listens to,
 /// and whether its run is over.
