@@ -278,11 +278,7 @@ router_actor::behavior_type router_behavior(router_ptr self,
     },
     [=](flush_atom) {
       if (self->current_sender().get() != self->ctrl()) {
-        drop(self,
-             self->current_sender() ? trust_event::stranger_dropped
-                                    : trust_event::anonymous_dropped,
-             self->current_sender(), "a flush",
-             "only the router flushes its outboxes");
+        drop_sender(self, "a flush", "only the router flushes its outboxes");
         return;
       }
       flush_outboxes(self);
@@ -290,11 +286,7 @@ router_actor::behavior_type router_behavior(router_ptr self,
     [=](tick_atom, std::uint32_t kind, std::uint64_t id) {
       auto& st = self->state;
       if (self->current_sender().get() != self->ctrl()) {
-        drop(self,
-             self->current_sender() ? trust_event::stranger_dropped
-                                    : trust_event::anonymous_dropped,
-             self->current_sender(), "a timer tick",
-             "only the router arms its timers");
+        drop_sender(self, "a timer tick", "only the router arms its timers");
         return;
       }
       if (kind == relay_kind) {

@@ -36,6 +36,14 @@ void drop(router_ptr self, trust_event ev, const caf::strong_actor_ptr& src,
                          self->clock().now());
 }
 
+void drop_sender(router_ptr self, const std::string& what,
+                 const std::string& why) {
+  auto& src = self->current_sender();
+  drop(self,
+       src ? trust_event::stranger_dropped : trust_event::anonymous_dropped,
+       src, what, why);
+}
+
 // Local control: only from an actor of this node that names itself and that
 // no other node can name (not the gate, nothing in CAF's registry).
 bool local_only(router_ptr self, const char* what) {
@@ -318,11 +326,8 @@ void peer_data_arrived(router_ptr self, std::uint32_t peer,
   if (!st.cfg.data
       || self->current_sender()
         != caf::actor_cast<caf::strong_actor_ptr>(st.cfg.data->inbox())) {
-    drop(self,
-         self->current_sender() ? trust_event::stranger_dropped
-                                : trust_event::anonymous_dropped,
-         self->current_sender(), "an arrival",
-         "only this node's data plane reports arrivals");
+    drop_sender(self, "an arrival",
+                "only this node's data plane reports arrivals");
     return;
   }
   auto p = find_peer(self, peer);

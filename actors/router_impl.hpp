@@ -160,6 +160,10 @@ caf::result<peer_hello> accept_hello(router_ptr self, const caf::actor& from,
 
 void drop(router_ptr self, trust_event ev, const caf::strong_actor_ptr& src,
           const std::string& what, const std::string& why);
+// Drops the current message of a sender that may not send it (a stranger,
+// or anonymous).
+void drop_sender(router_ptr self, const std::string& what,
+                 const std::string& why);
 bool local_only(router_ptr self, const char* what);
 bool from_gate(router_ptr self, const char* what);
 caf::result<std::string, std::string>

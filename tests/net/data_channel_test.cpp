@@ -171,6 +171,28 @@ class DataChannel : public ::testing::Test {
     return result;
   }
 
+  // Node 0 (listening) and node 1, connected, a member on "model" at each,
+  // data connections up both ways, bytes on them (the same-host shortcut
+  // has its tests).
+  struct connected {
+    dice::node& server;
+    dice::node& client;
+    std::unique_ptr<caf::scoped_actor> at_server;
+    std::unique_ptr<caf::scoped_actor> at_client;
+  };
+
+  connected connected_pair() {
+    auto& server = start(0, true);
+    auto& client = start(1, false);
+    server.data_plane()->set_same_host(false);
+    client.data_plane()->set_same_host(false);
+    connected result{server, client, member(server), member(client)};
+    connect(client, server);
+    EXPECT_TRUE(client.data_plane()->wait_sendable(0, 5s));
+    EXPECT_TRUE(server.data_plane()->wait_sendable(1, 5s));
+    return result;
+  }
+
   void TearDown() override {
     members_.clear();
     for (auto& n : nodes_)
@@ -187,16 +209,7 @@ class DataChannel : public ::testing::Test {
 };
 
 TEST_F(DataChannel, LargeSnapshotsTravelBesideBaspInBothDirections) {
-  auto& server = start(0, true);
-  auto& client = start(1, false);
-  // Bytes on the data connections (the same-host shortcut has its test).
-  server.data_plane()->set_same_host(false);
-  client.data_plane()->set_same_host(false);
-  auto at_server = member(server);
-  auto at_client = member(client);
-  connect(client, server);
-  ASSERT_TRUE(client.data_plane()->wait_sendable(0, 5s));
-  ASSERT_TRUE(server.data_plane()->wait_sendable(1, 5s));
+  auto [server, client, at_server, at_client] = connected_pair();
   auto before = dice::net::data_stats();
   auto x = make_snapshot(6'800'000, 1);
   publish(*at_server, server, caf::make_message(std::string{"model"}, x));
@@ -251,14 +264,7 @@ TEST_F(DataChannel, ASnapshotKeepsItsPlaceAmongAPeersMessages) {
 }
 
 TEST_F(DataChannel, ASnapshotRoutedOnArrivalOvertakesNothingSentBeforeIt) {
-  auto& server = start(0, true);
-  auto& client = start(1, false);
-  server.data_plane()->set_same_host(false);
-  client.data_plane()->set_same_host(false);
-  auto at_server = member(server);
-  auto at_client = member(client);
-  connect(client, server);
-  ASSERT_TRUE(server.data_plane()->wait_sendable(1, 5s));
+  auto [server, client, at_server, at_client] = connected_pair();
   // Each round: many small messages on BASP, then a snapshot whose bytes
   // (on their own connection) would be there long before the last of them.
   // The receiver routes a snapshot when its bytes arrive, but only once
@@ -300,14 +306,7 @@ TEST_F(DataChannel, ASnapshotRoutedOnArrivalOvertakesNothingSentBeforeIt) {
 // sender (in the header frame the receiver routes it by): dropped and
 // counted, as its BASP reference would be; its honest snapshots still flow.
 TEST_F(DataChannel, ASnapshotHeaderInAnotherNodesNameIsDropped) {
-  auto& server = start(0, true);
-  auto& client = start(1, false);
-  server.data_plane()->set_same_host(false);
-  client.data_plane()->set_same_host(false);
-  auto at_server = member(server);
-  auto at_client = member(client);
-  connect(client, server);
-  ASSERT_TRUE(client.data_plane()->wait_sendable(0, 5s));
+  auto [server, client, at_server, at_client] = connected_pair();
   auto forged = dice::counter(dice::trust_event::forged_origin);
   auto before = dice::net::data_stats();
   // Node 1 publishes a model in node 0's name (its router forwards what its

@@ -88,8 +88,9 @@ TEST(DataMeta, RandomFlipsNeverCrash) {
     for (std::uint32_t k = 0; k < flips; ++k)
       x[gen() % x.size()] = static_cast<char>(gen());
     auto y = decode_meta(x.data(), x.size());
-    if (y) // what decodes has every length inside the input
+    if (y) { // what decodes has every length inside the input
       EXPECT_LE(y->topic.size(), x.size());
+    }
   }
 }
 
