@@ -169,6 +169,9 @@ bool from_gate(router_ptr self, const char* what);
 caf::result<std::string, std::string>
 answer_challenge(router_ptr self, const caf::actor& from,
                  const std::string& nonce_a);
+// True (counted, logged) if no local member subscribed to `topic`.
+bool unknown_topic(router_ptr self, const router_peer& p,
+                   const std::string& topic);
 void peer_forward(router_ptr self, const router_peer& p,
                   const caf::strong_actor_ptr& src, const std::string& topic,
                   std::uint32_t sender, const caf::message& msg);
