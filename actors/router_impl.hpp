@@ -1,5 +1,6 @@
 // Internal to the router: what its sources (router.cpp, router_routing.cpp,
-// router_finish.cpp, router_peers.cpp, router_auth.cpp) share. Not public.
+// router_finish.cpp, router_peers.cpp, router_auth.cpp, router_data.cpp, ...)
+// share. Not public.
 #pragma once
 
 #include "actors/gate.hpp"

@@ -4,7 +4,7 @@
 // bytes), sent on the data connection just before the bytes (a "DHDR"
 // frame, net/data_wire.hpp), so the receiving router can route the snapshot
 // when its bytes arrive instead of waiting for the BASP reference
-// (actors/router_auth.cpp says when it may).
+// (actors/router_data.cpp says when it may).
 //
 // Own codec, not CAF's: a reader thread decodes it from a peer, and CAF
 // 0.17's binary_deserializer sizes a string from the count it reads
