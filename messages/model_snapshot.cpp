@@ -1,6 +1,7 @@
 #include "dice/messages/model_snapshot.hpp"
 
 #include "dice/core/errc.hpp"
+#include "dice/messages/detail/snapshot_chunk.hpp"
 #include "dice/messages/finish.hpp"
 #include "dice/messages/storage_ref.hpp"
 #include "dice/security/trust.hpp"
@@ -134,6 +135,13 @@ snapshot_builder::snapshot_builder(std::size_t total_bytes)
   // nop
 }
 
+snapshot_builder::snapshot_builder(snapshot_builder&& other) noexcept = default;
+
+snapshot_builder&
+snapshot_builder::operator=(snapshot_builder&& other) noexcept = default;
+
+snapshot_builder::~snapshot_builder() = default;
+
 void snapshot_builder::add(std::string name, dtype type,
                            std::vector<std::int64_t> shape, const void* bytes,
                            std::size_t nbytes) {
@@ -146,12 +154,16 @@ void snapshot_builder::add(std::string name, dtype type,
       std::memcpy(bigger.data(), buf_.data(), used_);
     buf_ = std::move(bigger);
   }
+  if (!sum_)
+    sum_ = std::make_unique<checksum64_stream>();
   // The padding is zeroed: the buffer is uninitialized, and no byte of this
   // process' heap may leave the node inside a snapshot.
-  if (offset > used_)
+  if (offset > used_) {
     std::memset(buf_.data() + used_, 0, offset - used_);
+    sum_->update(buf_.data() + used_, offset - used_);
+  }
   if (nbytes > 0)
-    std::memcpy(buf_.data() + offset, bytes, nbytes);
+    sum_->copy_update(buf_.data() + offset, bytes, nbytes);
   used_ = end;
   index_.push_back(
     tensor_entry{std::move(name), type, std::move(shape), offset, nbytes});
@@ -168,10 +180,15 @@ model_snapshot snapshot_builder::build(std::uint32_t sender,
   result.send_time_ns = send_time_ns;
   result.index = std::move(index_);
   buf_.shrink(used_);
-  result.data = shared_bytes{std::move(buf_)};
+  // No tensor (or only empty ones): there is nothing to hash.
+  if (used_ == 0)
+    result.data = shared_bytes{std::move(buf_)};
+  else
+    result.data = shared_bytes{std::move(buf_), sum_->digest()};
   index_.clear();
   buf_ = writable_bytes{};
   used_ = 0;
+  sum_.reset();
   return result;
 }
 

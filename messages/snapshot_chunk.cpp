@@ -68,6 +68,17 @@ void checksum64_stream::update(const void* data, std::size_t n) noexcept {
   XXH3_64bits_update(state_of(state_), data, n);
 }
 
+void checksum64_stream::copy_update(void* dst, const void* src,
+                                    std::size_t n) noexcept {
+  auto in = static_cast<const std::uint8_t*>(src);
+  auto out = static_cast<std::uint8_t*>(dst);
+  for (std::size_t i = 0; i < n; i += block) {
+    auto k = std::min(block, n - i);
+    update(in + i, k);
+    std::memcpy(out + i, in + i, k);
+  }
+}
+
 std::uint64_t checksum64_stream::digest() const noexcept {
   return XXH3_64bits_digest(state_of(state_));
 }

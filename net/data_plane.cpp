@@ -62,6 +62,8 @@ data_item::data_item(shared_bytes bytes, std::string meta)
 }
 
 void data_item::hash_upto(std::size_t end) const {
+  if (bytes_.known_checksum())
+    return; // hashed where they were built (or verified where received)
   std::lock_guard<std::mutex> guard{hash_mtx_};
   if (!hash_)
     hash_ = std::make_unique<checksum64_stream>();
@@ -73,6 +75,8 @@ void data_item::hash_upto(std::size_t end) const {
 }
 
 std::uint64_t data_item::checksum() const {
+  if (auto known = bytes_.known_checksum())
+    return *known;
   hash_upto(bytes_.size());
   std::lock_guard<std::mutex> guard{hash_mtx_};
   return hash_->digest();

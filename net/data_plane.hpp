@@ -193,7 +193,9 @@ struct shm_probe;
 class data_tls;
 class data_ready_table;
 
-/// Bytes queued for one or more peers. Their checksum is computed once, in
+/// Bytes queued for one or more peers. Their checksum is the one they came
+/// with (`shared_bytes::known_checksum`: built by snapshot_builder, or
+/// verified by the reader that received them), else computed once, in
 /// order, piece by piece, by whichever writer reaches a piece first (the
 /// others find it done; none waits for a slower peer's writer); the
 /// same-host segment is made once by the first writer that needs it.

@@ -204,7 +204,8 @@ void data_plane::run_reader(std::shared_ptr<in_link> link, unique_fd fd) {
     bool whole = ok
       && read_exactly(link->fd, ssl, trailer, data_trailer_size)
         == static_cast<long>(data_trailer_size);
-    if (!whole || sum.digest() != decode_trailer(trailer)) {
+    auto digest = sum.digest();
+    if (!whole || digest != decode_trailer(trailer)) {
       link->budget->release(h->size);
       torn(whole ? "checksum mismatch in transfer " + std::to_string(h->id)
              : ok
@@ -216,7 +217,7 @@ void data_plane::run_reader(std::shared_ptr<in_link> link, unique_fd fd) {
     c.bytes_received += h->size;
     ++c.transfers_received;
     caf::anon_send(inbox_, data_ready_atom::value, link->peer, link->link_gen,
-                   h->id, h->tag, shared_bytes{std::move(buf)}, order,
+                   h->id, h->tag, shared_bytes{std::move(buf), digest}, order,
                    std::move(meta));
     meta.clear();
   }

@@ -7,10 +7,11 @@ using namespace plane_detail;
 
 namespace {
 
-// Header, bytes, trailer. Each piece is hashed just before it is written
-// (in cache for the kernel's copy), once for all writers of the item, and
-// without a whole pass over the bytes before their first byte leaves,
-// which the reader's hashing could not overlap.
+// Header, bytes, trailer. Bytes that came with their checksum (a built
+// snapshot's) are not hashed here at all: a 1 MB round's writer spent
+// about 23 us on it before the first byte left. Others have each piece
+// hashed just before it is written (in cache for the kernel's copy), once
+// for all writers of the item.
 bool write_transfer(int fd, ssl_st* ssl, std::uint64_t id, std::uint32_t tag,
                     std::uint64_t order, const data_item& item) {
   auto& bytes = item.bytes();

@@ -8,6 +8,7 @@
 #include "dice/messages/context_delta.hpp"
 #include "dice/messages/detail/learner_group_hello.hpp"
 #include "dice/messages/detail/relay_reference.hpp"
+#include "dice/messages/detail/snapshot_chunk.hpp"
 #include "dice/messages/finish.hpp"
 #include "dice/messages/model_snapshot.hpp"
 #include "dice/messages/payload.hpp"
@@ -400,6 +401,42 @@ TEST_F(Messages, ABuilderWithoutAReservationGrows) {
                           parts[i].size()),
               0)
       << "tensor " << i;
+}
+
+// The builder hashes each block as it copies it in, padding included, so
+// the data plane sends its bytes without a pass of its own
+// (shared_bytes::known_checksum). The checksum is that of the whole buffer,
+// through the growth of a builder that reserved too little; copies carry
+// it; bytes read from the wire, or wrapped from a vector, carry none.
+TEST_F(Messages, ABuiltSnapshotKnowsTheChecksumOfItsBytes) {
+  dice::snapshot_builder builder{100}; // grows twice below
+  auto a = pattern(3, 1);
+  auto b = pattern(200'001, 2); // several of the hash's 32 KiB blocks
+  auto c = pattern(77, 3);
+  builder.add("a", dice::dtype::uint8, {3}, a.data(), a.size());
+  builder.add("b", dice::dtype::uint8, {200'001}, b.data(), b.size());
+  builder.add("c", dice::dtype::uint8, {77}, c.data(), c.size());
+  auto x = builder.build(1, 0, 1, 0);
+  ASSERT_FALSE(dice::validate(x));
+  auto known = x.data.known_checksum();
+  ASSERT_TRUE(known);
+  EXPECT_EQ(*known, dice::checksum64(x.data.data(), x.data.size()));
+  auto copy = x.data;
+  EXPECT_EQ(copy.known_checksum(), known);
+  auto moved = std::move(copy);
+  EXPECT_EQ(moved.known_checksum(), known);
+  EXPECT_FALSE(copy.known_checksum());
+  // The next snapshot of the same builder hashes only its own bytes.
+  builder.add("c", dice::dtype::uint8, {77}, c.data(), c.size());
+  auto y = builder.build(1, 0, 2, 0);
+  ASSERT_TRUE(y.data.known_checksum());
+  EXPECT_EQ(*y.data.known_checksum(), dice::checksum64(c.data(), c.size()));
+  // A checksum never comes off the wire: a peer's claim is not one.
+  auto wire = load<shared_bytes>(save(x.data));
+  ASSERT_TRUE(wire);
+  EXPECT_TRUE(*wire == x.data);
+  EXPECT_FALSE(wire->known_checksum());
+  EXPECT_FALSE(shared_bytes{std::vector<std::uint8_t>(9, 1)}.known_checksum());
 }
 
 // From 256 KiB on, shareable bytes fill a memfd sealed against resizing

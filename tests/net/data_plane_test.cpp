@@ -248,6 +248,45 @@ TEST_F(DataPlane, BytesArriveWholeInBothDirections) {
   EXPECT_FALSE(take(*acceptor, 2, *id_x));
 }
 
+// Bytes built with their checksum (snapshot_builder) leave without the
+// writer hashing them, and the reader's verified checksum stays with what
+// it received (a relay forwards them without hashing them again).
+TEST_F(DataPlane, BytesArriveWithTheChecksumTheReaderVerified) {
+  connect_planes();
+  ASSERT_TRUE(dialer->wait_sendable(1, 5s));
+  std::vector<std::uint8_t> raw(600'001, 5);
+  dice::snapshot_builder b{dice::snapshot_builder::padded(raw.size())};
+  b.add("w", dice::dtype::uint8, {600'001}, raw.data(), raw.size());
+  auto x = b.build(2, 0, 1, 0);
+  ASSERT_TRUE(x.data.known_checksum());
+  auto id = dialer->send(1, std::make_shared<dice::net::data_item>(x.data));
+  ASSERT_TRUE(id);
+  auto got = take(*acceptor, 2, *id);
+  ASSERT_TRUE(got) << caf::to_string(got.error());
+  EXPECT_TRUE(*got == x.data);
+  ASSERT_TRUE(got->known_checksum());
+  EXPECT_EQ(*got->known_checksum(), *x.data.known_checksum());
+}
+
+// A checksum that came with the bytes is what the trailer carries, and the
+// reader still hashes what it reads: bytes whose claimed checksum is wrong
+// (a bug in whoever built them) are torn, never delivered.
+TEST_F(DataPlane, BytesWithAWrongBuiltInChecksumAreTornNotDelivered) {
+  auto before = dice::net::data_stats();
+  connect_planes();
+  ASSERT_TRUE(dialer->wait_sendable(1, 5s));
+  dice::writable_bytes w{100'000};
+  std::memset(w.data(), 7, w.size());
+  auto right = dice::checksum64(w.data(), w.size());
+  dice::shared_bytes wrong{std::move(w), right ^ 1};
+  auto id = dialer->send(1, std::make_shared<dice::net::data_item>(wrong));
+  ASSERT_TRUE(id);
+  EXPECT_FALSE(take(*acceptor, 2, *id));
+  auto after = dice::net::data_stats();
+  EXPECT_EQ(after.torn - before.torn, 1u);
+  EXPECT_EQ(after.transfers_received, before.transfers_received);
+}
+
 // The dialer registers its receiving side just after it writes the bind,
 // so the sender can queue a transfer, and its router send the reference,
 // before the receiver's inbox heard of the link: a claim made then waits

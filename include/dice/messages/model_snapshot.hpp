@@ -6,6 +6,7 @@
 #include "caf/meta/type_name.hpp"
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -87,13 +88,25 @@ typename Inspector::result_type inspect(Inspector& f, model_snapshot& x) {
 /// before any byte is read.
 caf::error validate(const model_snapshot& x);
 
+class checksum64_stream;
+
 /// Builds a snapshot index + buffer from raw tensors (used by the LibTorch
 /// codec and by tests); tensors are laid out back to back, 64-byte aligned.
+/// The buffer's checksum64 is computed while the bytes are copied in
+/// (`shared_bytes::known_checksum`), so that no sender hashes them again.
 class snapshot_builder {
  public:
   /// Reserves room for `total_bytes` of tensor data (sum of `padded()`), in
   /// bytes same-host peers map (`writable_bytes::shareable`).
   explicit snapshot_builder(std::size_t total_bytes = 0);
+
+  /// Takes `other`'s tensors; `other` is empty afterwards.
+  snapshot_builder(snapshot_builder&& other) noexcept;
+
+  /// Takes `other`'s tensors; `other` is empty afterwards.
+  snapshot_builder& operator=(snapshot_builder&& other) noexcept;
+
+  ~snapshot_builder();
 
   /// Room a tensor of `nbytes` takes in the buffer, alignment included.
   static std::size_t padded(std::size_t nbytes) noexcept {
@@ -115,6 +128,8 @@ class snapshot_builder {
   // every model above glibc's mmap threshold.
   writable_bytes buf_;
   std::size_t used_ = 0;
+  // checksum64 of buf_[0, used_), padding included (null: nothing added).
+  std::unique_ptr<checksum64_stream> sum_;
 };
 
 } // namespace dice

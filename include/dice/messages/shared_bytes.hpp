@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -199,8 +200,10 @@ class shared_bytes {
 
   /// Takes `other`'s handle; `other` is empty afterwards.
   shared_bytes(shared_bytes&& other) noexcept
-    : ptr_(std::move(other.ptr_)), size_(other.size_) {
+    : ptr_(std::move(other.ptr_)), size_(other.size_),
+      checksum_(other.checksum_), has_checksum_(other.has_checksum_) {
     other.size_ = 0;
+    other.has_checksum_ = false;
   }
 
   /// Takes `other`'s handle; `other` is empty afterwards.
@@ -208,7 +211,10 @@ class shared_bytes {
     if (this != &other) {
       ptr_ = std::move(other.ptr_);
       size_ = other.size_;
+      checksum_ = other.checksum_;
+      has_checksum_ = other.has_checksum_;
       other.size_ = 0;
+      other.has_checksum_ = false;
     }
     return *this;
   }
@@ -227,6 +233,18 @@ class shared_bytes {
     bytes.size_ = 0;
   }
 
+  /// Freezes `bytes` whose checksum64 the filler computed as it wrote them
+  /// (snapshot_builder hashes each block while it copies it in; the data
+  /// plane's reader after it verified them). The data plane then sends
+  /// them without a pass of its own over them. Only pass what checksum64
+  /// returns for these bytes: a receiver tears every transfer whose bytes do
+  /// not match it.
+  shared_bytes(writable_bytes&& bytes, std::uint64_t checksum) noexcept
+    : ptr_(std::move(bytes.ptr_)), size_(bytes.size_), checksum_(checksum),
+      has_checksum_(true) {
+    bytes.size_ = 0;
+  }
+
   /// First byte, or nullptr when empty.
   const std::uint8_t* data() const noexcept {
     return size_ == 0 ? nullptr : ptr_.get();
@@ -240,6 +258,14 @@ class shared_bytes {
   /// True when the buffer holds no bytes.
   bool empty() const noexcept {
     return size() == 0;
+  }
+
+  /// checksum64 of the bytes if it came with them (see the constructor that
+  /// takes one), else nothing: nothing here hashes.
+  std::optional<std::uint64_t> known_checksum() const noexcept {
+    if (!has_checksum_)
+      return std::nullopt;
+    return checksum_;
   }
 
   /// How many handles share these bytes (for tests and diagnostics).
@@ -305,6 +331,8 @@ class shared_bytes {
  private:
   std::shared_ptr<const std::uint8_t> ptr_;
   std::size_t size_ = 0;
+  std::uint64_t checksum_ = 0;
+  bool has_checksum_ = false;
 };
 
 } // namespace dice

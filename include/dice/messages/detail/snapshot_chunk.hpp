@@ -44,6 +44,10 @@ class checksum64_stream {
   /// Adds `n` more bytes.
   void update(const void* data, std::size_t n) noexcept;
 
+  /// Copies `n` bytes from `src` to `dst` and adds them, block by block so
+  /// each block is hashed while it is in cache (copy_checksum64's way).
+  void copy_update(void* dst, const void* src, std::size_t n) noexcept;
+
   /// The checksum of everything added so far.
   std::uint64_t digest() const noexcept;
 
