@@ -437,6 +437,23 @@ TEST_F(Messages, ABuiltSnapshotKnowsTheChecksumOfItsBytes) {
   EXPECT_TRUE(*wire == x.data);
   EXPECT_FALSE(wire->known_checksum());
   EXPECT_FALSE(shared_bytes{std::vector<std::uint8_t>(9, 1)}.known_checksum());
+  // Above 8 MiB, reserved or grown into, the data plane's writer hashes
+  // instead (the copy with the hash cost more than it saved there).
+  std::vector<std::uint8_t> half(5 << 20, 1);
+  dice::snapshot_builder reserved{2 * half.size()};
+  reserved.add("a", dice::dtype::uint8, {5 << 20}, half.data(), half.size());
+  reserved.add("b", dice::dtype::uint8, {5 << 20}, half.data(), half.size());
+  EXPECT_FALSE(reserved.build(1, 0, 1, 0).data.known_checksum());
+  dice::snapshot_builder grown;
+  grown.add("a", dice::dtype::uint8, {5 << 20}, half.data(), half.size());
+  grown.add("b", dice::dtype::uint8, {5 << 20}, half.data(), half.size());
+  auto z = grown.build(1, 0, 1, 0);
+  EXPECT_FALSE(z.data.known_checksum());
+  ASSERT_EQ(z.data.size(), 2 * half.size());
+  EXPECT_EQ(z.data.data()[z.data.size() - 1], 1);
+  // ... and the builder hashes again for the next, smaller snapshot.
+  grown.add("c", dice::dtype::uint8, {77}, c.data(), c.size());
+  EXPECT_TRUE(grown.build(1, 0, 2, 0).data.known_checksum());
 }
 
 // From 256 KiB on, shareable bytes fill a memfd sealed against resizing

@@ -93,7 +93,8 @@ class checksum64_stream;
 /// Builds a snapshot index + buffer from raw tensors (used by the LibTorch
 /// codec and by tests); tensors are laid out back to back, 64-byte aligned.
 /// The buffer's checksum64 is computed while the bytes are copied in
-/// (`shared_bytes::known_checksum`), so that no sender hashes them again.
+/// (`shared_bytes::known_checksum`), so that no sender hashes them again;
+/// up to 8 MiB, above which the copy with the hash costs more than it saves.
 class snapshot_builder {
  public:
   /// Reserves room for `total_bytes` of tensor data (sum of `padded()`), in
@@ -128,8 +129,11 @@ class snapshot_builder {
   // every model above glibc's mmap threshold.
   writable_bytes buf_;
   std::size_t used_ = 0;
-  // checksum64 of buf_[0, used_), padding included (null: nothing added).
+  // checksum64 of buf_[0, used_), padding included (null: nothing added,
+  // or unhashed_).
   std::unique_ptr<checksum64_stream> sum_;
+  // More bytes than the builder hashes (model_snapshot.cpp, hash_limit).
+  bool unhashed_ = false;
 };
 
 } // namespace dice
