@@ -35,6 +35,18 @@ caf::expected<node> node::start(caf::actor_system& sys, node_config cfg) {
     cfg.roles = default_roles(cfg.index, cfg.workers, cfg.learners);
   node result{sys, std::move(cfg)};
   auto& c = result.cfg_;
+  if (c.cpu_latency_us >= 0) {
+    // A speed setting: the node runs without it, and says why.
+    if (auto req = cpu_latency_request::hold(c.cpu_latency_us)) {
+      result.latency_ = std::make_shared<cpu_latency_request>(std::move(*req));
+      log::info(c.id,
+                "holding a CPU latency request of "
+                  + std::to_string(c.cpu_latency_us)
+                  + " us while the node runs (--dice.cpu-latency-us)");
+    } else {
+      log::warning(c.id, render(req.error()) + "; running without it");
+    }
+  }
   router_config bc;
   bc.node = c.id;
   bc.roles = c.roles;
@@ -290,6 +302,7 @@ void node::stop() {
     data_->stop();
   if (router_)
     caf::anon_send_exit(router_, caf::exit_reason::user_shutdown);
+  latency_.reset();
 }
 
 } // namespace dice

@@ -247,6 +247,12 @@ caf::expected<node_config> make_node_config(const node_system_config& cfg) {
                       "dice.role-nice must be between 0 and 19, not "
                         + std::to_string(cfg.role_nice));
   result.role_nice = static_cast<int>(cfg.role_nice);
+  if (cfg.cpu_latency_us < -1 || cfg.cpu_latency_us > 1'000'000)
+    return make_error(errc::invalid_config,
+                      "dice.cpu-latency-us must be -1 (none) or between 0 "
+                      "and 1000000, not "
+                        + std::to_string(cfg.cpu_latency_us));
+  result.cpu_latency_us = static_cast<std::int32_t>(cfg.cpu_latency_us);
   if (auto restarted = env("DICE_RESTART_COUNT")) {
     std::uint64_t n = 0;
     if (!parse_uint(restarted, n) || n > 1000000)

@@ -80,7 +80,12 @@ node_system_config::node_system_config() {
     .add(role_nice, "role-nice",
          "nice value added to each role actor's thread (and the LibTorch "
          "threads it starts), so the router and I/O threads answer while "
-         "it trains (0: unchanged; default 5)");
+         "it trains (0: unchanged; default 5)")
+    .add(cpu_latency_us, "cpu-latency-us",
+         "hold a PM QoS request that idle CPUs wake within this many us "
+         "while the node runs (0: they poll instead of halting; for the "
+         "whole machine; needs write access to /dev/cpu_dma_latency; -1: "
+         "none, the default)");
 }
 
 } // namespace dice

@@ -121,8 +121,8 @@ std::function<pipeline()> rebuilder(builder b, std::int64_t first_restart) {
   };
 }
 
-void finish(detail::process_state& process, run_result& result,
-            clock_type::time_point start) {
+void finish_run(detail::process_state& process, run_result& result,
+                clock_type::time_point start) {
   result.seconds = std::chrono::duration<double>(clock_type::now() - start)
                      .count();
   for (auto& rep : result.reports)
@@ -177,7 +177,7 @@ int run_embedded(caf::actor_system& sys, const run_config& opts,
   } else {
     result.reports = std::move(*reports);
   }
-  finish(process, result, start);
+  finish_run(process, result, start);
   return result.failed ? 1 : 0;
 }
 
@@ -218,7 +218,7 @@ int run_distributed(caf::actor_system& sys, const run_config& opts,
       log::error(cfg->id, "stopped: " + rep->stop_reason);
     result.reports.push_back(std::move(*rep));
   }
-  finish(process, result, start);
+  finish_run(process, result, start);
   return result.failed ? 1 : 0;
 }
 

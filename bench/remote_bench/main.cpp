@@ -13,6 +13,8 @@
 //     (dice::rl::run_config); --min-bytes B: the data plane's threshold;
 //     --ack socket: collectors ack with a datagram instead of a dice
 //     publish back (ack_socket.cpp), so a round times the delivery alone.
+//     --cpu-latency-us N (every mode, tcp too): the run holds a CPU latency
+//     request (dice/runtime/cpu_latency.hpp).
 //   remote_bench context --collectors N --obs K --batch B --seconds T [--path
 //   P]
 //     nodes as in the snapshot mode (the learner behind dice's listener and
@@ -28,11 +30,15 @@
 // One file per mode (tcp.cpp, snapshot.cpp, context.cpp, collector.cpp,
 // publisher.cpp, relay.cpp); nodes.cpp holds what the node modes share.
 
+#include "dice/core/errc.hpp"
 #include "dice/process/spawn.hpp"
+#include "dice/runtime/cpu_latency.hpp"
 
 #include "remote_bench.hpp"
 
 #include <algorithm>
+#include <cstdio>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -65,6 +71,9 @@ const std::vector<dice::bench::option_spec> specs{
   {"idle-poll", value_kind::integer,
    "idle CAF workers poll before they wait: 1 (default, CAF's) or 0 (as "
    "RL nodes)"},
+  {"cpu-latency-us", value_kind::integer,
+   "hold a CPU latency request of N us for the run (-1: none, the default; "
+   "0: idle CPUs poll instead of halting), as --dice.cpu-latency-us"},
   {"ack", value_kind::text,
    "snapshot: how collectors ack: dice (default: a publish back through the "
    "routers and BASP) or socket (one datagram, as raw TCP's one-byte ack)"},
@@ -117,6 +126,19 @@ int main(int argc, char** argv) {
   coalesce = num("coalesce", 1) != 0;
   idle_poll = num("idle-poll", 1) != 0;
   auto& mode = given.mode();
+  // The request is the machine's: the parent's covers its children, and
+  // the baseline (tcp) takes it as the dice modes do.
+  std::optional<dice::cpu_latency_request> latency;
+  if (auto us = num("cpu-latency-us", -1);
+      us >= 0 && mode != "collector" && mode != "publisher") {
+    auto req = dice::cpu_latency_request::hold(static_cast<std::int32_t>(us));
+    if (!req) {
+      std::fprintf(stderr, "remote_bench: %s\n",
+                   dice::render(req.error()).c_str());
+      return 1;
+    }
+    latency = std::move(*req);
+  }
   if (mode == "tcp")
     return tcp_main(num("size", 6'800'000), num("rounds", 10),
                     std::max(1L, num("collectors", 1)));

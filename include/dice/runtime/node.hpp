@@ -4,6 +4,7 @@
 #include "dice/core/node_report.hpp"
 #include "dice/core/role.hpp"
 #include "dice/pipeline/middleware.hpp"
+#include "dice/runtime/cpu_latency.hpp"
 #include "dice/runtime/node_config.hpp"
 #include "dice/security/auth.hpp"
 
@@ -113,6 +114,9 @@ class node {
   std::uint16_t port_ = 0;
   std::shared_ptr<net::listener> listener_;
   std::shared_ptr<net::data_plane> data_;
+  // Held from start until stop or the last copy (null: none asked for, or
+  // the system refused it).
+  std::shared_ptr<cpu_latency_request> latency_;
 };
 
 } // namespace dice

@@ -170,6 +170,10 @@ struct node_config {
   /// Nice value a detached role actor adds to its thread
   /// (role_config::thread_nice, --dice.role-nice).
   int role_nice = default_role_nice;
+  /// A CPU latency request the node holds while it runs, in microseconds
+  /// (runtime/cpu_latency.hpp, --dice.cpu-latency-us; -1: none). 0 keeps
+  /// idle CPUs polling instead of halting, for the whole machine.
+  std::int32_t cpu_latency_us = -1;
 };
 
 /// An actor system config with the node settings as options (group
@@ -236,6 +240,8 @@ class node_system_config : public caf::actor_system_config {
   bool spool_fsync = false;
   /// dice.role-nice: nice value added to the role actor's thread.
   std::int64_t role_nice = default_role_nice;
+  /// dice.cpu-latency-us (-1: no request).
+  std::int64_t cpu_latency_us = -1;
 };
 
 /// Builds the node settings from the options and, when dice.node-id is not

@@ -1,0 +1,135 @@
+// The CPU latency request (runtime/cpu_latency.hpp) against the real
+// kernel: while it is held, the CPUs' idle time goes to cpuidle's polling
+// state instead of a halt, and it stops when the request is dropped. The
+// idle windows below are what is measured (how the CPUs idle), not a wait
+// for something to happen.
+
+#include "dice/core/errc.hpp"
+#include "dice/runtime/cpu_latency.hpp"
+#include "dice/runtime/node_config.hpp"
+
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+namespace {
+
+using namespace dice;
+namespace fs = std::filesystem;
+
+// Microseconds all CPUs spent idle so far: in cpuidle's polling state, and
+// in every state.
+struct idle_time {
+  std::uint64_t polling = 0;
+  std::uint64_t all = 0;
+};
+
+idle_time read_idle_time() {
+  idle_time r;
+  std::error_code ec;
+  for (auto& cpu : fs::directory_iterator{"/sys/devices/system/cpu", ec}) {
+    auto dir = cpu.path() / "cpuidle";
+    if (!fs::is_directory(dir, ec))
+      continue;
+    for (auto& state : fs::directory_iterator{dir, ec}) {
+      std::string name;
+      std::uint64_t us = 0;
+      std::ifstream{state.path() / "name"} >> name;
+      std::ifstream{state.path() / "time"} >> us;
+      r.all += us;
+      if (name == "POLL")
+        r.polling += us;
+    }
+  }
+  return r;
+}
+
+// The share of the CPUs' idle time spent polling over a window of idle
+// ones (nothing to do for 50 ms), or -1 when they were hardly idle (a busy
+// machine: no figure to judge).
+double polling_share() {
+  auto before = read_idle_time();
+  ::poll(nullptr, 0, 50);
+  auto after = read_idle_time();
+  auto all = after.all - before.all;
+  if (all < 5000)
+    return -1;
+  return static_cast<double>(after.polling - before.polling)
+    / static_cast<double>(all);
+}
+
+bool can_request() {
+  return ::access(cpu_latency_device, W_OK) == 0
+    && fs::exists("/sys/devices/system/cpu/cpu0/cpuidle");
+}
+
+TEST(CpuLatency, WhileHeldIdleCpusPollInsteadOfHalting) {
+  if (!can_request())
+    GTEST_SKIP() << "no writable " << cpu_latency_device << " or cpuidle";
+  // Up to 20 windows each way: a busy machine leaves CPUs idle too rarely
+  // to judge one window.
+  double held = -1;
+  {
+    auto req = cpu_latency_request::hold(0);
+    ASSERT_TRUE(req) << render(req.error());
+    EXPECT_EQ(req->microseconds(), 0);
+    for (int i = 0; i < 20 && held < 0; ++i)
+      held = polling_share();
+  }
+  double free = -1;
+  for (int i = 0; i < 20 && free < 0; ++i)
+    free = polling_share();
+  if (held < 0 || free < 0)
+    GTEST_SKIP() << "the CPUs were never idle long enough to compare";
+  EXPECT_GT(held, 0.9) << "idle time spent polling while the request is held";
+  EXPECT_LT(free, 0.5) << "idle time spent polling once it is dropped";
+}
+
+TEST(CpuLatency, ABadBoundOrAnUnwritableDeviceIsAClearError) {
+  auto neg = cpu_latency_request::hold(-1);
+  ASSERT_FALSE(neg);
+  EXPECT_NE(render(neg.error()).find("0 us or more"), std::string::npos);
+  auto missing = cpu_latency_request::hold(0, "/nonexistent/cpu_dma_latency");
+  ASSERT_FALSE(missing);
+  auto why = render(missing.error());
+  EXPECT_NE(why.find("/nonexistent/cpu_dma_latency"), std::string::npos) << why;
+  EXPECT_NE(why.find("write access"), std::string::npos) << why;
+}
+
+struct latency_program_config : node_system_config {};
+
+TEST(CpuLatency, ANodeTakesItAsAnOptionWithBounds) {
+  {
+    latency_program_config cfg;
+    const char* argv[] = {"prog"};
+    ASSERT_FALSE(cfg.parse(1, const_cast<char**>(argv)));
+    auto n = make_node_config(cfg);
+    ASSERT_TRUE(n) << render(n.error());
+    EXPECT_EQ(n->cpu_latency_us, -1);
+  }
+  {
+    latency_program_config cfg;
+    const char* argv[] = {"prog", "--dice.cpu-latency-us=0"};
+    ASSERT_FALSE(cfg.parse(2, const_cast<char**>(argv)));
+    auto n = make_node_config(cfg);
+    ASSERT_TRUE(n) << render(n.error());
+    EXPECT_EQ(n->cpu_latency_us, 0);
+  }
+  for (const char* bad :
+       {"--dice.cpu-latency-us=-2", "--dice.cpu-latency-us=2000000"}) {
+    latency_program_config cfg;
+    const char* argv[] = {"prog", bad};
+    ASSERT_FALSE(cfg.parse(2, const_cast<char**>(argv)));
+    auto n = make_node_config(cfg);
+    ASSERT_FALSE(n) << bad;
+    EXPECT_NE(render(n.error()).find("dice.cpu-latency-us"), std::string::npos);
+  }
+}
+
+} // namespace
