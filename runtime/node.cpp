@@ -302,7 +302,9 @@ void node::stop() {
     data_->stop();
   if (router_)
     caf::anon_send_exit(router_, caf::exit_reason::user_shutdown);
-  latency_.reset();
+  // Copies of the node share the request: stop drops it for them all.
+  if (latency_)
+    latency_->release();
 }
 
 } // namespace dice

@@ -41,6 +41,11 @@ class cpu_latency_request {
   cpu_latency_request&
   operator=(cpu_latency_request&& other) noexcept = default;
 
+  /// Drops the request now (node::stop: its copies share one).
+  void release() noexcept {
+    fd_.reset();
+  }
+
   /// The bound it asked for, in microseconds.
   std::int32_t microseconds() const noexcept {
     return us_;

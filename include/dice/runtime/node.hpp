@@ -114,8 +114,8 @@ class node {
   std::uint16_t port_ = 0;
   std::shared_ptr<net::listener> listener_;
   std::shared_ptr<net::data_plane> data_;
-  // Held from start until stop or the last copy (null: none asked for, or
-  // the system refused it).
+  // Held from start until stop (or the last copy); null: none asked for,
+  // or the system refused it.
   std::shared_ptr<cpu_latency_request> latency_;
 };
 
