@@ -42,14 +42,8 @@ std::uint64_t copy_checksum64(void* dst, const void* src, std::size_t n,
       std::memcpy(dst, src, n);
     return XXH3_64bits_withSeed(src, n, seed);
   }
-  auto in = static_cast<const std::uint8_t*>(src);
-  auto out = static_cast<std::uint8_t*>(dst);
   checksum64_stream sum{seed};
-  for (std::size_t i = 0; i < n; i += block) {
-    auto k = std::min(block, n - i);
-    sum.update(in + i, k);
-    std::memcpy(out + i, in + i, k);
-  }
+  sum.copy_update(dst, src, n);
   return sum.digest();
 }
 
