@@ -31,6 +31,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -39,6 +40,7 @@
 #include <memory>
 #include <numeric>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -766,6 +768,76 @@ TEST_F(DataPlane, ClaimsFailWhenThePeerIsLost) {
                 });
   EXPECT_TRUE(failed);
   EXPECT_LT(clock_type::now() - t0, 4s);
+}
+
+// Sends from several threads at once (a router and relays share a link),
+// of sizes from 100 B to 3 MiB, more than the receiver's budget holds, so
+// later ones queue behind a full socket: every transfer arrives whole and
+// none is torn (frames of two sends interleaved would be).
+void sends_from_threads(
+  data_plane& from,
+  const std::function<caf::expected<dice::shared_bytes>(std::uint64_t)>& take) {
+  auto before = dice::net::data_stats();
+  constexpr int threads = 3;
+  constexpr int per_thread = 16;
+  const std::size_t sizes[] = {100, 300 << 10, 1536 << 10, 3 << 20};
+  std::vector<std::pair<std::uint64_t, dice::shared_bytes>> sent[threads];
+  std::vector<std::thread> senders;
+  for (int t = 0; t < threads; ++t)
+    senders.emplace_back([&, t] {
+      for (int i = 0; i < per_thread; ++i) {
+        auto x = pattern(sizes[(t + i) % 4],
+                         static_cast<std::uint8_t>(t * 31 + i));
+        if (auto id = from.send(1, std::make_shared<dice::net::data_item>(x)))
+          sent[t].emplace_back(*id, std::move(x));
+      }
+    });
+  for (auto& s : senders)
+    s.join();
+  std::vector<std::pair<std::uint64_t, dice::shared_bytes>> all;
+  for (auto& xs : sent)
+    all.insert(all.end(), xs.begin(), xs.end());
+  ASSERT_EQ(all.size(), std::size_t{threads * per_thread});
+  std::sort(all.begin(), all.end(), [](auto& a, auto& b) {
+    return a.first < b.first;
+  });
+  for (auto& [id, x] : all) {
+    auto got = take(id);
+    ASSERT_TRUE(got) << "transfer " << id << ": "
+                     << caf::to_string(got.error());
+    ASSERT_EQ(got->size(), x.size());
+    EXPECT_EQ(std::memcmp(got->data(), x.data(), x.size()), 0) << id;
+  }
+  auto after = dice::net::data_stats();
+  EXPECT_EQ(after.torn, before.torn);
+  EXPECT_EQ(after.transfers_received - before.transfers_received, all.size());
+}
+
+TEST_F(DataPlane, SendsFromSeveralThreadsArriveWhole) {
+  connect_planes();
+  ASSERT_TRUE(dialer->wait_sendable(1, 5s));
+  sends_from_threads(*dialer, [&](std::uint64_t id) {
+    return take(*acceptor, 2, id);
+  });
+}
+
+// Sent from the moment the link is up, while the peer's answer to the
+// same-host probe may still be on its way: transfers queued as bytes stay
+// whole when the link turns same-host (a reference in the middle of one
+// would tear the stream), and the later ones go as references.
+TEST_F(DataPlane, SendsWhileTheLinkTurnsSameHostArriveWhole) {
+  acceptor->set_same_host(true);
+  dialer->set_same_host(true);
+  auto before = dice::net::data_stats();
+  connect_planes();
+  ASSERT_TRUE(dialer->wait_sendable(1, 5s));
+  auto take_one = [&](std::uint64_t id) {
+    return take(*acceptor, 2, id);
+  };
+  sends_from_threads(*dialer, take_one);
+  EXPECT_TRUE(dialer->wait_same_host(1, 5s));
+  sends_from_threads(*dialer, take_one);
+  EXPECT_GT(dice::net::data_stats().shm_received, before.shm_received);
 }
 
 // Both planes with the node's TLS files: data connections run TLS.

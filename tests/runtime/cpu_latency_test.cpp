@@ -131,29 +131,28 @@ TEST(CpuLatency, WhileHeldIdleCpusPollInsteadOfHalting) {
   EXPECT_LT(free, 0.5) << "idle time spent polling once it is dropped";
 }
 
-// Disabled: failed once in the sanitizer stage of CI (open in the note).
 // --dice.cpu-latency-us as a node runs it: held from node::start, dropped
-// at stop.
-TEST(CpuLatency, DISABLED_ANodeHoldsItFromStartUntilStop) {
+// at stop (the node and its actor system still alive). Judged by the
+// request the kernel has in force, not by how the CPUs idle: that part is
+// the test above, and under load (CI's sanitizer stage, tests side by
+// side) the idle governor polls short idle periods on its own, so an idle
+// share "after" proved nothing there.
+TEST(CpuLatency, ANodeHoldsItFromStartUntilStop) {
   if (!can_request())
     GTEST_SKIP() << "no writable " << cpu_latency_device << " or cpuidle";
   exclusive turn;
+  auto before = effective_request();
+  if (before == 0)
+    GTEST_SKIP() << "another process holds a request of 0 us";
   node_system_config cfg;
   caf::actor_system sys{cfg};
   auto nc = dice::test::loopback_node_config(0, {role::learner}, false);
   nc.cpu_latency_us = 0;
   auto n = node::start(sys, std::move(nc));
   ASSERT_TRUE(n) << render(n.error());
-  EXPECT_EQ(effective_request(), 0);
-  auto held = settled_polling_share();
+  EXPECT_EQ(effective_request(), 0) << "while the node runs";
   n->stop();
-  auto free = settled_polling_share();
-  if (held < 0 || free < 0)
-    GTEST_SKIP() << "the CPUs were never idle long enough to compare";
-  if (effective_request() == 0)
-    GTEST_SKIP() << "another process holds a request of 0 us";
-  EXPECT_GT(held, 0.9) << "idle time spent polling while the node runs";
-  EXPECT_LT(free, 0.5) << "idle time spent polling once it stopped";
+  EXPECT_EQ(effective_request(), before) << "once the node stopped";
 }
 
 TEST(CpuLatency, ABadBoundOrAnUnwritableDeviceIsAClearError) {
