@@ -74,7 +74,7 @@ struct outcome {
 };
 
 inline outcome wait_closed(int fd, std::chrono::milliseconds within,
-                    std::string* got = nullptr) {
+                           std::string* got = nullptr) {
   outcome r;
   auto deadline = clock_type::now() + within;
   char buf[4096];
