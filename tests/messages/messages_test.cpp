@@ -24,6 +24,7 @@
 #include "caf/make_message.hpp"
 #include "caf/message.hpp"
 
+#include "support/pattern.hpp"
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -88,17 +89,7 @@ struct test_config : caf::actor_system_config {
   }
 };
 
-/// Bytes with a position-dependent pattern, so a shifted or reordered copy
-/// never compares equal.
-std::vector<std::uint8_t> pattern(std::size_t n, std::uint32_t seed = 1) {
-  std::vector<std::uint8_t> result(n);
-  std::uint32_t state = seed;
-  for (auto& b : result) {
-    state = state * 1664525u + 1013904223u;
-    b = static_cast<std::uint8_t>(state >> 24);
-  }
-  return result;
-}
+using dice::test::pattern;
 
 payload make_payload(std::size_t n, std::uint64_t count, std::uint32_t origin,
                      std::int64_t version) {

@@ -15,6 +15,7 @@
 #include "caf/make_message.hpp"
 #include "caf/message.hpp"
 
+#include "support/pattern.hpp"
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -29,17 +30,7 @@ namespace {
 using dice::model_snapshot;
 using dice::shared_bytes;
 
-/// Bytes with a position-dependent pattern, so a shifted or reordered copy
-/// never compares equal.
-std::vector<std::uint8_t> pattern(std::size_t n, std::uint32_t seed = 1) {
-  std::vector<std::uint8_t> result(n);
-  std::uint32_t state = seed;
-  for (auto& b : result) {
-    state = state * 1664525u + 1013904223u;
-    b = static_cast<std::uint8_t>(state >> 24);
-  }
-  return result;
-}
+using dice::test::pattern;
 
 model_snapshot small_snapshot() {
   dice::snapshot_builder b;

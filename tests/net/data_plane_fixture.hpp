@@ -188,6 +188,29 @@ class DataPlane : public ::testing::Test {
     dialer->dial(1, "127.0.0.1", port, h.mine, h.theirs);
   }
 
+  // Connects the planes, then sends 3 MiB from the dialer and 1 MiB from
+  // the acceptor at once: both arrive whole. `id_x_out`: the dialer's transfer.
+  void bytes_both_ways(std::uint64_t* id_x_out = nullptr) {
+    connect_planes();
+    ASSERT_TRUE(dialer->wait_sendable(1, 5s));
+    ASSERT_TRUE(acceptor->wait_sendable(2, 5s));
+    auto x = pattern(3 << 20, 7);
+    auto y = pattern(1 << 20, 9);
+    auto id_x = dialer->send(1, std::make_shared<dice::net::data_item>(x));
+    auto id_y = acceptor->send(2, std::make_shared<dice::net::data_item>(y));
+    ASSERT_TRUE(id_x && id_y);
+    if (id_x_out != nullptr)
+      *id_x_out = *id_x;
+    auto got_x = take(*acceptor, 2, *id_x);
+    auto got_y = take(*dialer, 1, *id_y);
+    ASSERT_TRUE(got_x) << caf::to_string(got_x.error());
+    ASSERT_TRUE(got_y) << caf::to_string(got_y.error());
+    ASSERT_EQ(got_x->size(), x.size());
+    EXPECT_EQ(std::memcmp(got_x->data(), x.data(), x.size()), 0);
+    ASSERT_EQ(got_y->size(), y.size());
+    EXPECT_EQ(std::memcmp(got_y->data(), y.data(), y.size()), 0);
+  }
+
   // A bind frame as node `node` with session key `key` on a connection
   // whose preamble nonces are `binding` (plain TCP).
   static std::string bind(std::uint8_t dir, std::uint32_t node,
