@@ -8,11 +8,9 @@
 
 namespace {
 
+// The fixture's namespace also brings its using-declarations (chrono
+// literals, data_plane, secret_1, clock_type).
 using namespace dice::test::plane;
-using namespace std::chrono_literals;
-using dice::net::data_plane;
-using dice::test::secret_1;
-using clock_type = dice::net::deadline_clock;
 
 TEST_F(DataPlane, BytesArriveWholeInBothDirections) {
   auto before = dice::net::data_stats();

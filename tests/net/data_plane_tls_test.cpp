@@ -6,11 +6,9 @@
 
 namespace {
 
+// The fixture's namespace also brings its using-declarations (chrono
+// literals, data_plane, secret_1, clock_type).
 using namespace dice::test::plane;
-using namespace std::chrono_literals;
-using dice::net::data_plane;
-using dice::test::secret_1;
-using clock_type = dice::net::deadline_clock;
 
 // Both planes with the node's TLS files: data connections run TLS.
 class DataPlaneTls : public DataPlane {
